@@ -1,0 +1,28 @@
+# gpu-fleet: the two commands a fresh machine needs are `make setup` and `make test`.
+# Stack commands: make preview|up|destroy|refresh STACK=<lab|canary|full> [ARGS="..."]
+STACK ?= lab
+PULUMI := bin/pulumi
+
+.PHONY: setup test preview up destroy refresh stack
+
+setup:
+	scripts/setup.sh
+
+test:
+	scripts/test.sh
+
+# Select the stack, creating it (passphrase secrets provider) on first use.
+stack:
+	@$(PULUMI) stack select --create --secrets-provider passphrase $(STACK)
+
+preview: stack
+	$(PULUMI) preview --stack $(STACK) $(ARGS)
+
+up: stack
+	$(PULUMI) up --stack $(STACK) $(ARGS)
+
+refresh: stack
+	$(PULUMI) refresh --stack $(STACK) $(ARGS)
+
+destroy: stack
+	$(PULUMI) destroy --stack $(STACK) $(ARGS)

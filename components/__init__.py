@@ -1,0 +1,1 @@
+"""gpu-fleet: Pulumi components that bring an on-prem GPU fleet up as a verified Slurm cluster."""

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Set-up: the project's virtualenv with pinned requirements, and the Pulumi CLI,
+# its Python language host and the shims the official release ships beside it.
+#
+# No registry reachable here ships the Pulumi CLI, so it is built from the Go
+# module proxy (tools/pulumi-cli) once per machine and cached, keyed by version,
+# under $GPU_FLEET_TOOL_CACHE (default /var/cache/gpu-fleet, or
+# ~/.cache/gpu-fleet when that is not writable). A `pulumi` already on PATH at
+# the pinned version is used as is. The project's .tools/bin links to the cache.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+# shellcheck source=scripts/versions.env
+. scripts/versions.env
+
+log() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
+
+pick_cache() {
+  local c="${GPU_FLEET_TOOL_CACHE:-/var/cache/gpu-fleet}"
+  if mkdir -p "$c" 2>/dev/null && [ -w "$c" ]; then echo "$c"; return; fi
+  c="${XDG_CACHE_HOME:-$HOME/.cache}/gpu-fleet"
+  mkdir -p "$c" && echo "$c"
+}
+CACHE="$(pick_cache)"
+TOOLS="$ROOT/.tools/bin"
+mkdir -p "$TOOLS"
+
+# --- 1. virtualenv ------------------------------------------------------------
+PY="${PYTHON:-python3}"
+command -v "$PY" >/dev/null || die "python3 not found (need Python >= 3.11)"
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "Python >= 3.11 required"
+if [ ! -x .venv/bin/python ]; then
+  log "creating .venv"
+  "$PY" -m venv .venv
+fi
+REQ_HASH="$(sha256sum requirements.txt | cut -c1-16)"
+if [ "$(cat .venv/.requirements-hash 2>/dev/null)" != "$REQ_HASH" ]; then
+  log "installing pinned requirements into .venv"
+  .venv/bin/pip install --disable-pip-version-check -q -r requirements.txt
+  echo "$REQ_HASH" > .venv/.requirements-hash
+else
+  log ".venv up to date"
+fi
+
+# --- 2. the Pulumi CLI --------------------------------------------------------
+command -v go >/dev/null || die "Go is required to build the Pulumi CLI (none on PATH)"
+export GOFLAGS="${GOFLAGS:--buildvcs=false}"
+
+build_go() { # <module dir> <package> <output> <ldflags>
+  local dir="$1" pkg="$2" out="$3" ldflags="$4" start=$SECONDS
+  log "building $pkg (first time on this machine)"
+  mkdir -p "$(dirname "$out")"
+  ( cd "$dir" && go build -trimpath -ldflags "$ldflags" -o "$out.tmp.$$" "$pkg" ) &
+  local pid=$!
+  local last=$SECONDS
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 2
+    if [ $((SECONDS - last)) -ge 30 ]; then
+      last=$SECONDS
+      log "  still building $(basename "$out") ($((SECONDS - start)) s)"
+    fi
+  done
+  wait "$pid" || die "go build of $pkg failed (see output above)"
+  mv -f "$out.tmp.$$" "$out"
+  log "built $(basename "$out") in $((SECONDS - start)) s"
+}
+
+CLI_DIR="$CACHE/pulumi/$PULUMI_VERSION"
+existing="$(command -v pulumi 2>/dev/null || true)"
+if [ -n "$existing" ] && [ "$existing" != "$TOOLS/pulumi" ] \
+   && [ "$("$existing" version 2>/dev/null)" = "$PULUMI_VERSION" ]; then
+  log "using pulumi $PULUMI_VERSION already on PATH: $existing"
+  ln -sfn "$existing" "$TOOLS/pulumi"
+else
+  if [ ! -x "$CLI_DIR/pulumi" ]; then
+    build_go tools/pulumi-cli github.com/pulumi/pulumi/pkg/v3/cmd/pulumi "$CLI_DIR/pulumi" \
+      "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION"
+  else
+    log "pulumi $PULUMI_VERSION cached at $CLI_DIR"
+  fi
+  ln -sfn "$CLI_DIR/pulumi" "$TOOLS/pulumi"
+fi
+
+# --- 3. the Python language host ----------------------------------------------
+HOST_DIR="$CACHE/pulumi-language-python/$LANGHOST_VERSION"
+if [ ! -x "$HOST_DIR/pulumi-language-python" ]; then
+  build_go tools/pulumi-language-python github.com/pulumi/pulumi/sdk/v3/python/cmd/pulumi-language-python \
+    "$HOST_DIR/pulumi-language-python" \
+    "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$LANGHOST_VERSION"
+else
+  log "pulumi-language-python $LANGHOST_VERSION cached at $HOST_DIR"
+fi
+# The exec script the host runs comes from the SDK release the virtualenv pins.
+EXEC="$CACHE/pulumi-language-python-exec/$PYTHON_SDK_VERSION/pulumi-language-python-exec"
+if [ ! -f "$EXEC" ]; then
+  sdk_dir="$(cd tools/pulumi-cli && go mod download -json "github.com/pulumi/pulumi/sdk/v3@$PYTHON_SDK_VERSION" \
+    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  [ -f "$sdk_dir/python/cmd/pulumi-language-python-exec" ] || die "no exec script in sdk/v3@$PYTHON_SDK_VERSION"
+  mkdir -p "$(dirname "$EXEC")"
+  install -m 0755 "$sdk_dir/python/cmd/pulumi-language-python-exec" "$EXEC"
+fi
+
+# --- 4. shims next to the CLI -------------------------------------------------
+# The CLI looks for plugins next to its own binary first, as in the official
+# release; a pulumi found on PATH keeps the shims its release ships.
+SHIMS="$(dirname "$(readlink -f "$TOOLS/pulumi")")"
+write_shim() { # <name> <body>
+  [ -w "$SHIMS" ] || { [ -x "$SHIMS/$1" ] && return 0; SHIMS="$TOOLS"; }
+  printf '#!/bin/sh\n# Written by gpu-fleet scripts/setup.sh.\n%s\n' "$2" > "$SHIMS/$1.tmp"
+  chmod 0755 "$SHIMS/$1.tmp"
+  mv -f "$SHIMS/$1.tmp" "$SHIMS/$1"
+}
+# Interpreter of the program's virtualenv (exported by scripts/env.sh), else python3.
+VENV_PY='"${PULUMI_RUNTIME_VIRTUALENV:+$PULUMI_RUNTIME_VIRTUALENV/bin/}python3"'
+# CLIs since ~v3.100 send runtime options in RPCs; the v3.68 host still reads
+# them as flags, so pass the project's `virtualenv` option the way it expects.
+write_shim pulumi-language-python "venv=\$(sed -n 's/^[[:space:]]*virtualenv:[[:space:]]*//p' Pulumi.yaml 2>/dev/null | head -n1)
+exec '$HOST_DIR/pulumi-language-python' -use-executor='$EXEC' \${venv:+\"-virtualenv=\$venv\"} \"\$@\""
+write_shim pulumi-resource-pulumi-python "exec $VENV_PY -u -m pulumi.dynamic \"\$@\""
+write_shim pulumi-analyzer-policy-python "exec $VENV_PY -u -m pulumi.policy \"\$@\""
+
+got="$("$TOOLS/pulumi" version)"
+[ "$got" = "$PULUMI_VERSION" ] || die "pulumi version is $got, expected $PULUMI_VERSION"
+log "ready: pulumi $got in $TOOLS (use bin/pulumi, or make preview|up|destroy STACK=...)"

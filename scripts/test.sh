@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The test command: unit, mock and integration tests (the last with the real Pulumi CLI).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+[ -x .venv/bin/python ] && [ -x .tools/bin/pulumi ] || { echo "run 'make setup' first" >&2; exit 1; }
+exec .venv/bin/python -m pytest "${@:-tests}"

@@ -1,0 +1,26 @@
+"""Shared fixtures: stack configs as the engine would hand them to the program."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def stack_config(stack: str) -> dict:
+    """The `config:` mapping of a committed stack file."""
+    return yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]
+
+
+@pytest.fixture
+def full_config() -> dict:
+    return copy.deepcopy(stack_config("full"))
+
+
+@pytest.fixture
+def canary_config() -> dict:
+    return copy.deepcopy(stack_config("canary"))

@@ -1,0 +1,18 @@
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from .pulumi_cli import ROOT, PulumiProject
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cli_installed():
+    if not (ROOT / ".tools" / "bin" / "pulumi").exists() or shutil.which("go") is None:
+        pytest.fail("the Pulumi CLI is not installed: run `make setup` first")
+
+
+@pytest.fixture
+def project(tmp_path) -> PulumiProject:
+    return PulumiProject.copy_of_repo(tmp_path)

@@ -1,0 +1,82 @@
+"""Drive the real Pulumi CLI against a throwaway copy of the project.
+
+Each test gets its own project directory, file backend, PULUMI_HOME and
+passphrase, so it never touches the developer's state or the committed stack
+files (stack init writes an encryption salt into them).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "components", "stacks")
+
+
+def pinned_versions() -> dict[str, str]:
+    out = {}
+    for line in (ROOT / "scripts" / "versions.env").read_text().splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+@dataclass
+class PulumiProject:
+    dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def copy_of_repo(cls, tmp: Path) -> "PulumiProject":
+        proj = tmp / "project"
+        proj.mkdir()
+        for name in PROJECT_FILES:
+            src = ROOT / name
+            if src.is_dir():
+                shutil.copytree(src, proj / name, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                shutil.copy2(src, proj / name)
+        # A fresh stack: drop any salt a developer's own `stack init` wrote into the copy.
+        for f in (proj / "stacks").glob("Pulumi.*.yaml"):
+            lines = f.read_text().splitlines(keepends=True)
+            f.write_text("".join(x for x in lines if not x.startswith("encryptionsalt:")))
+        (proj / ".venv").symlink_to(ROOT / ".venv")
+        (tmp / "backend").mkdir()
+        env = dict(os.environ)
+        env.update(
+            PATH=f"{ROOT / '.tools' / 'bin'}:{env.get('PATH', '')}",
+            PULUMI_HOME=str(tmp / "pulumi-home"),
+            PULUMI_BACKEND_URL=f"file://{tmp / 'backend'}",
+            PULUMI_CONFIG_PASSPHRASE="gpu-fleet-test-passphrase",
+            PULUMI_RUNTIME_VIRTUALENV=str(ROOT / ".venv"),
+            PULUMI_SKIP_UPDATE_CHECK="true",
+            PULUMI_DIY_BACKEND_NO_LEGACY_WARNING="true",
+        )
+        env.pop("PULUMI_CONFIG_PASSPHRASE_FILE", None)
+        return cls(proj, env)
+
+    def run(self, *args: str, check: bool = True, timeout: int = 300) -> subprocess.CompletedProcess:
+        p = subprocess.run(
+            ["pulumi", *args, "--non-interactive"], cwd=self.dir, env=self.env,
+            capture_output=True, text=True, timeout=timeout,
+        )
+        if check and p.returncode != 0:
+            raise AssertionError(
+                f"pulumi {' '.join(args)} exited {p.returncode}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}"
+            )
+        return p
+
+    def init_stack(self, stack: str) -> None:
+        self.run("stack", "init", stack, "--secrets-provider", "passphrase")
+
+    def preview_json(self, stack: str) -> dict:
+        return json.loads(self.run("preview", "--stack", stack, "--json").stdout)
+
+    def write_stack(self, stack: str, text: str) -> None:
+        (self.dir / "stacks" / f"Pulumi.{stack}.yaml").write_text(text)

@@ -1,0 +1,84 @@
+"""The real Pulumi engine: pinned version, offline previews, config errors before any resource."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from .pulumi_cli import ROOT, pinned_versions
+
+
+def test_cli_version_is_the_pin(project):
+    assert project.run("version").stdout.strip() == pinned_versions()["PULUMI_VERSION"]
+
+
+def test_python_sdk_pin_matches_exec_script():
+    req = (ROOT / "requirements.txt").read_text()
+    sdk = re.search(r"^pulumi==(\S+)$", req, re.M).group(1)
+    assert pinned_versions()["PYTHON_SDK_VERSION"] == f"v{sdk}"
+
+
+@pytest.mark.parametrize(
+    "stack,hosts",
+    [
+        ("canary", {"storage", "gpu01"}),
+        ("full", {"storage"} | {f"gpu{i:02d}" for i in range(1, 16)}),
+    ],
+)
+def test_stack_previews_offline(project, stack, hosts):
+    project.init_stack(stack)
+    out = project.preview_json(stack)
+    steps = out["steps"]
+    assert {s["op"] for s in steps} == {"create"}
+    types = [s["newState"]["type"] for s in steps]
+    assert types.count("gpu-fleet:index:Fleet") == 1
+    got = {s["urn"].rsplit("::", 1)[1] for s in steps if s["newState"]["type"] == "gpu-fleet:inventory:Host"}
+    assert got == hosts
+    # Every Host is a child of the inventory, itself a child of the Fleet.
+    parents = {s["newState"].get("parent", "").rsplit("::", 1)[-1] for s in steps
+               if s["newState"]["type"] == "gpu-fleet:inventory:Host"}
+    assert parents == {"inventory"}
+
+
+def test_full_stack_summary_output(project):
+    project.init_stack("full")
+    text = project.run("preview", "--stack", "full", "--diff").stdout
+    assert re.search(r"slurm_gpus\s*:\s*112", text), text
+    assert re.search(r"slurm_memory_mib\s*:\s*2576000", text), text
+
+
+def failed_preview(project, stack: str, mutate) -> str:
+    """Preview a copy of the full stack changed by `mutate`; it must fail. Returns its output."""
+    raw = yaml.safe_load((ROOT / "stacks" / "Pulumi.full.yaml").read_text())
+    mutate(raw["config"])
+    project.write_stack(stack, yaml.safe_dump(raw))
+    project.init_stack(stack)
+    p = project.run("preview", "--stack", stack, check=False)
+    text = p.stdout + p.stderr
+    assert p.returncode != 0, text
+    assert "Traceback" not in text
+    # The program stopped before declaring anything: no Fleet in the plan.
+    assert "gpu-fleet:index:Fleet" not in text
+    return text
+
+
+def test_invalid_config_fails_preview_naming_file_and_field(project):
+    def mutate(c):
+        c["gpu-fleet:nodes"][2]["gpus"]["count"] = 0
+        c["gpu-fleet:nodse"] = []
+
+    text = failed_preview(project, "broken", mutate)
+    assert "stacks/Pulumi.broken.yaml: gpu-fleet:nodes[2] (gpu03).gpus.count: a GPU node needs" in text
+    assert "stacks/Pulumi.broken.yaml: gpu-fleet:nodse: unknown field" in text
+
+
+def test_cross_field_error_fails_preview(project):
+    def mutate(c):
+        c["gpu-fleet:slurm"]["partitions"][0]["nodes"].append("gpu15")
+        c["gpu-fleet:nodes"][5]["name"] = "gpu05"
+
+    text = failed_preview(project, "dup", mutate)
+    assert "stacks/Pulumi.dup.yaml: gpu-fleet:nodes[5] (gpu05).name: duplicate host name 'gpu05'" in text
+    assert "node 'gpu15' is unreachable and stays pending" in text
