@@ -163,6 +163,8 @@ class SlurmLayer(_Strict):
     munge_gid: int = Field(64031, ge=1, le=2**31)
     cgroup_plugin: Literal["autodetect", "cgroup/v1", "cgroup/v2"] = "autodetect"
     def_mem_per_cpu_mib: int = Field(2048, ge=1)
+    gpu_device_prefix: Annotated[str, Field(pattern=r"^/dev/[A-Za-z0-9_/-]+$")] = "/dev/nvidia"
+    gres_autodetect: Literal["nvml", "off"] = "nvml"
     partitions: list[PartitionSpec] = Field(default_factory=list)
 
 

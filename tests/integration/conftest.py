@@ -4,7 +4,7 @@ import shutil
 
 import pytest
 
-from .pulumi_cli import ROOT, PulumiProject
+from tests.pulumi_cli import ROOT, PulumiProject
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -7,7 +7,7 @@ import re
 import pytest
 import yaml
 
-from .pulumi_cli import ROOT, pinned_versions
+from tests.pulumi_cli import ROOT, pinned_versions
 
 
 def test_cli_version_is_the_pin(project):

@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "components", "stacks")
 
 
@@ -34,14 +34,20 @@ class PulumiProject:
 
     @classmethod
     def copy_of_repo(cls, tmp: Path) -> "PulumiProject":
+        return cls.copy_of(tmp, [ROOT / n for n in PROJECT_FILES])
+
+    @classmethod
+    def copy_of(cls, tmp: Path, sources: list[Path]) -> "PulumiProject":
+        """A project dir made of copies of `sources` (files and whole directories)."""
         proj = tmp / "project"
         proj.mkdir()
-        for name in PROJECT_FILES:
-            src = ROOT / name
+        for src in sources:
+            dest = proj / src.name
             if src.is_dir():
-                shutil.copytree(src, proj / name, ignore=shutil.ignore_patterns("__pycache__"))
+                shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__"))
             else:
-                shutil.copy2(src, proj / name)
+                shutil.copy2(src, dest)
+        (proj / "stacks").mkdir(exist_ok=True)
         # A fresh stack: drop any salt a developer's own `stack init` wrote into the copy.
         for f in (proj / "stacks").glob("Pulumi.*.yaml"):
             lines = f.read_text().splitlines(keepends=True)

@@ -1,0 +1,13 @@
+"""Host primitives as Python dynamic providers: each probes, plans, then applies.
+
+Each primitive has its own type token (`pulumi-python:dynamic/host:<Name>`) so
+policies can match it.
+"""
+
+from .account import Account
+from .command import CommandWithVerify
+from .file import File
+from .packages import PackageSet
+from .systemd import SystemdUnit
+
+__all__ = ["Account", "CommandWithVerify", "File", "PackageSet", "SystemdUnit"]

@@ -1,0 +1,138 @@
+"""Account: a user and its group with fixed numeric ids.
+
+MUNGE and Slurm compare numeric ids across hosts; the seed's four identity
+failures all came from drift here. So ids are fixed in the stack, and an
+existing name with another id (or an id taken by another name) is an error
+that names both: gpu-fleet never renumbers an account, since files on shared
+storage would silently change owner.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pulumi
+from pulumi.dynamic import Resource
+
+from ..transport.command import Piece, sh
+from .base import HostPrimitive, Observed, PlanRefused, Props, Step
+
+_PROBE = r"""
+echo "user $(getent passwd "$1")"
+echo "group $(getent group "$1")"
+echo "uid $(getent passwd "$2")"
+echo "gid $(getent group "$3")"
+"""
+
+
+def _passwd(line: str) -> Optional[dict]:
+    f = line.split(":")
+    if len(f) < 7:
+        return None
+    return {"name": f[0], "uid": int(f[2]), "gid": int(f[3]), "home": f[5], "shell": f[6]}
+
+
+def _group(line: str) -> Optional[dict]:
+    f = line.split(":")
+    if len(f) < 3:
+        return None
+    return {"name": f[0], "gid": int(f[2])}
+
+
+def parse_account_probe(stdout: str) -> Observed:
+    obs: Observed = {}
+    for line in stdout.splitlines():
+        tag, _, rest = line.partition(" ")
+        parse = _passwd if tag in ("user", "uid") else _group
+        obs[tag] = parse(rest.strip()) if rest.strip() else None
+    return obs
+
+
+class AccountProvider(HostPrimitive):
+    replace_on = ("name",)
+    record_keys = ("created_user", "created_group")
+
+    def key(self, props: Props) -> str:
+        return f"account:{props['name']}"
+
+    def probe_argv(self, props: Props) -> list[Piece]:
+        return sh(_PROBE, props["name"], str(props["uid"]), str(props["gid"]))
+
+    def parse(self, props: Props, stdout: str) -> Observed:
+        return parse_account_probe(stdout)
+
+    def desired(self, props: Props) -> dict[str, Any]:
+        return {"uid": props["uid"], "gid": props["gid"], "home": props["home"], "shell": props["shell"]}
+
+    def state(self, props: Props, obs: Observed) -> dict[str, Any]:
+        u = obs.get("user") or {}
+        g = obs.get("group") or {}
+        return {"uid": u.get("uid"), "gid": g.get("gid") if g else None,
+                "home": u.get("home"), "shell": u.get("shell")}
+
+    def remember(self, props: Props, before: Observed) -> Props:
+        return {"created_user": before.get("user") is None, "created_group": before.get("group") is None}
+
+    def conflicts(self, props: Props, obs: Observed, host: str = "") -> list[str]:
+        name, uid, gid = props["name"], props["uid"], props["gid"]
+        out = []
+        u, g = obs.get("user"), obs.get("group")
+        if u and u["uid"] != uid:
+            out.append(f"user {name} exists with uid {u['uid']}, the stack fixes uid {uid}")
+        if g and g["gid"] != gid:
+            out.append(f"group {name} exists with gid {g['gid']}, the stack fixes gid {gid}")
+        if obs.get("uid") and obs["uid"]["name"] != name:
+            out.append(f"uid {uid} already belongs to user {obs['uid']['name']}")
+        if obs.get("gid") and obs["gid"]["name"] != name:
+            out.append(f"gid {gid} already belongs to group {obs['gid']['name']}")
+        return out
+
+    def plan(self, props: Props, obs: Observed, record: Props) -> list[Step]:
+        bad = self.conflicts(props, obs)
+        if bad:
+            raise PlanRefused(
+                "account " + props["name"] + ": " + "; ".join(bad)
+                + ". gpu-fleet never renumbers accounts: fix the host or the stack's ids."
+            )
+        name = props["name"]
+        steps: list[Step] = []
+        if obs.get("group") is None:
+            steps.append(Step(["groupadd", "--system", "-g", str(props["gid"]), name], f"group {name}"))
+        u = obs.get("user")
+        if u is None:
+            steps.append(Step(["useradd", "--system", "-u", str(props["uid"]), "-g", str(props["gid"]),
+                               "-d", props["home"], "-M", "-s", props["shell"], "-c", props.get("comment", name),
+                               name], f"user {name}"))
+        else:
+            if u["home"] != props["home"]:
+                steps.append(Step(["usermod", "-d", props["home"], name], f"home of {name}"))
+            if u["shell"] != props["shell"]:
+                steps.append(Step(["usermod", "-s", props["shell"], name], f"shell of {name}"))
+            if u["gid"] != props["gid"]:
+                steps.append(Step(["usermod", "-g", str(props["gid"]), name], f"primary group of {name}"))
+        return steps
+
+    def plan_delete(self, props: Props, obs: Observed) -> list[Step]:
+        name = props["name"]
+        steps = []
+        if props.get("created_user") and obs.get("user"):
+            steps.append(Step(["userdel", name], f"remove user {name}"))
+        if props.get("created_group") and obs.get("group"):
+            steps.append(Step(["groupdel", name], f"remove group {name}"))
+        return steps
+
+
+class Account(Resource, module="host", name="Account"):
+    """A system user and same-named group with fixed numeric uid/gid on one host."""
+
+    uid: pulumi.Output[int]
+    gid: pulumi.Output[int]
+
+    def __init__(self, name: str, *, conn: dict, user: str, uid: int, gid: int,
+                 home: str = "/nonexistent", shell: str = "/usr/sbin/nologin",
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__(
+            AccountProvider(), name,
+            {"conn": conn, "name": user, "uid": uid, "gid": gid, "home": home, "shell": shell},
+            opts,
+        )

@@ -1,0 +1,155 @@
+"""Probe / plan / apply, shared by every host primitive.
+
+A primitive says three things about its kind of object: how to read it from a
+host in one read-only round trip (`probe_argv` + the pure `parse`), what state
+it wants (`desired`, pure), and which commands turn observed into desired
+(`plan`, pure). This base turns that into a Pulumi dynamic provider:
+
+- `diff` compares the last recorded state with the desired one and never
+  touches a host, so a second `pulumi up` with nothing changed sends nothing;
+- `read` probes for real, so `pulumi refresh` records drift as a change;
+- `create`/`update` probe, plan, apply, probe again and fail unless the new
+  plan is empty (the host converged), returning full outputs;
+- `delete` plans the way back to what the host had before.
+
+Providers are pickled by the engine: no connection, lock or socket lives on
+`self`; connections come from the transport's module-level cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
+
+from ..errors import FleetError
+from ..transport import Connection, SshTarget, connection
+from ..transport.command import Piece, display
+
+Props = dict[str, Any]
+Observed = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One mutating command of a plan, with the reason it is needed."""
+
+    argv: Sequence[Piece]
+    why: str
+    stdin: Optional[bytes] = None
+    stdin_secret: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.why}: {display(self.argv)}"
+
+
+class NotConverged(FleetError):
+    """After applying its plan, a host still differs from the desired state."""
+
+
+class PlanRefused(FleetError):
+    """The planner will not do what was asked (renumber an id, downgrade silently, ...)."""
+
+
+def target_of(props: Props) -> SshTarget:
+    return SshTarget.from_dict(props["conn"])
+
+
+class HostPrimitive(ResourceProvider):
+    """Base dynamic provider: subclasses implement the pure hooks below."""
+
+    #: input fields whose change means a different object (replace, not update)
+    replace_on: tuple[str, ...] = ()
+
+    # ---- hooks -----------------------------------------------------------------
+    def key(self, props: Props) -> str:
+        """What this object is on its host (a path, a unit, a user), for ids and errors."""
+        raise NotImplementedError
+
+    def probe_argv(self, props: Props) -> list[Piece]:
+        raise NotImplementedError
+
+    def parse(self, props: Props, stdout: str) -> Observed:
+        raise NotImplementedError
+
+    def desired(self, props: Props) -> dict[str, Any]:
+        """The state keys this object must show on the host (recorded in outputs)."""
+        raise NotImplementedError
+
+    def state(self, props: Props, observed: Observed) -> dict[str, Any]:
+        """The same keys as `desired`, read from the host."""
+        raise NotImplementedError
+
+    def plan(self, props: Props, observed: Observed, record: Props) -> list[Step]:
+        """Commands from observed to desired; `record` holds what create learnt (outputs so far)."""
+        raise NotImplementedError
+
+    def plan_delete(self, props: Props, observed: Observed) -> list[Step]:
+        raise NotImplementedError
+
+    def remember(self, props: Props, before: Observed) -> Props:
+        """What create must record about the host as it found it (to undo on delete)."""
+        return {}
+
+    def public_inputs(self, props: Props) -> Props:
+        """Inputs copied into outputs; drop secret payloads (content) here."""
+        return dict(props)
+
+    # ---- machinery -------------------------------------------------------------
+    def _conn(self, props: Props) -> Connection:
+        c = connection(target_of(props))
+        c.connect()
+        return c
+
+    def probe(self, conn: Connection, props: Props) -> Observed:
+        res = conn.run(self.probe_argv(props), mutating=False)
+        return self.parse(props, res.stdout)
+
+    def apply(self, props: Props, record: Props) -> Props:
+        conn = self._conn(props)
+        observed = self.probe(conn, props)
+        if not record:
+            record = self.remember(props, observed)
+        for step in self.plan(props, observed, record):
+            conn.run(step.argv, mutating=True, stdin=step.stdin, stdin_secret=step.stdin_secret)
+        observed = self.probe(conn, props)
+        left = self.plan(props, observed, record)
+        if left:
+            raise NotConverged(
+                f"host {conn.t.name}: {self.key(props)} did not converge; still planned:\n"
+                + "\n".join(f"  - {s}" for s in left)
+            )
+        return {**self.public_inputs(props), **record, **self.state(props, observed)}
+
+    #: output keys written by `remember` (carried across updates)
+    record_keys: tuple[str, ...] = ()
+
+    def create(self, props: Props) -> CreateResult:
+        outs = self.apply(props, {})
+        return CreateResult(id_=f"{target_of(props).name}:{self.key(props)}", outs=outs)
+
+    def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
+        record = {k: olds[k] for k in self.record_keys if k in olds}
+        return UpdateResult(outs=self.apply(news, record))
+
+    def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
+        desired = self.desired(news)
+        changes = sorted(k for k, v in desired.items() if olds.get(k) != v)
+        replaces = sorted(k for k in self.replace_on if olds.get(k) != news.get(k))
+        if olds.get("conn", {}).get("name") != news["conn"]["name"]:
+            replaces.append("conn")
+        changes = sorted(set(changes) | set(replaces))
+        return DiffResult(changes=bool(changes), replaces=replaces, stables=[],
+                          delete_before_replace=True)
+
+    def read(self, id_: str, props: Props) -> ReadResult:
+        conn = self._conn(props)
+        observed = self.probe(conn, props)
+        return ReadResult(id_=id_, outs={**props, **self.state(props, observed)})
+
+    def delete(self, _id: str, props: Props) -> None:
+        conn = self._conn(props)
+        observed = self.probe(conn, props)
+        for step in self.plan_delete(props, observed):
+            conn.run(step.argv, mutating=True, stdin=step.stdin, stdin_secret=step.stdin_secret)

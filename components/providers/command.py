@@ -1,0 +1,78 @@
+"""CommandWithVerify: a create/delete command pair whose effect a verify command proves.
+
+For what has no richer primitive yet. `verify` is the probe (read-only, exit 0
+means the effect is there), so refresh notices when the effect is gone and the
+next up re-runs `create`. `create` re-runs otherwise only when its inputs
+(`create` itself or `triggers`) change; a create that leaves verify failing
+fails the deployment.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Optional
+
+import pulumi
+from pulumi.dynamic import Resource
+
+from ..transport.command import Piece
+from .base import HostPrimitive, NotConverged, Observed, Props, Step
+
+
+def inputs_hash(props: Props) -> str:
+    blob = json.dumps({"create": props["create"], "triggers": props.get("triggers")}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class CommandWithVerifyProvider(HostPrimitive):
+    def key(self, props: Props) -> str:
+        return "command:" + inputs_hash(props)[:12]
+
+    def probe_argv(self, props: Props) -> list[Piece]:
+        return ["sh", "-c", '"$@"; echo "verify-rc $?"', "sh", *props["verify"]]
+
+    def parse(self, props: Props, stdout: str) -> Observed:
+        rc = None
+        for line in stdout.splitlines():
+            if line.startswith("verify-rc "):
+                rc = int(line.split()[1])
+        return {"verified": rc == 0}
+
+    def desired(self, props: Props) -> dict[str, Any]:
+        return {"verified": True, "inputs_hash": inputs_hash(props)}
+
+    def state(self, props: Props, obs: Observed) -> dict[str, Any]:
+        return {"verified": obs["verified"]}
+
+    def plan(self, props: Props, obs: Observed, record: Props) -> list[Step]:
+        if obs["verified"] and not record.get("_force"):
+            return []
+        return [Step(props["create"], "create")]
+
+    def apply(self, props: Props, record: Props) -> Props:
+        conn = self._conn(props)
+        for step in self.plan(props, {"verified": False}, {"_force": True}):
+            conn.run(step.argv, mutating=True)
+        if not self.probe(conn, props)["verified"]:
+            raise NotConverged(f"host {conn.t.name}: verify command failed after create")
+        return {**props, "verified": True, "inputs_hash": inputs_hash(props)}
+
+    def plan_delete(self, props: Props, obs: Observed) -> list[Step]:
+        return [Step(props["delete"], "delete")] if props.get("delete") else []
+
+
+class CommandWithVerify(Resource, module="host", name="CommandWithVerify"):
+    """Run `create` on a host until `verify` passes; `delete` on destroy."""
+
+    verified: pulumi.Output[bool]
+
+    def __init__(self, name: str, *, conn: dict, create: list[str], verify: list[str],
+                 delete: Optional[list[str]] = None, triggers: Optional[dict] = None,
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__(
+            CommandWithVerifyProvider(), name,
+            {"conn": conn, "create": create, "verify": verify, "delete": delete,
+             "triggers": triggers or {}, "verified": None, "inputs_hash": None},
+            opts,
+        )

@@ -1,0 +1,168 @@
+"""File: content, mode and ownership of one file, written atomically.
+
+The content goes over stdin into a 0600 temp file in the target directory,
+gets its owner and mode, is optionally validated (`validate` argv, `{}` is the
+temp path), and is renamed into place: readers never see a partial or
+world-readable secret. A file that existed before is backed up on first
+create and restored by delete, so destroy leaves the host as it was.
+Outputs carry the content's SHA-256, never the content.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Optional, Sequence
+
+import pulumi
+from pulumi.dynamic import Resource
+
+from ..transport.command import Piece, sh
+from .base import HostPrimitive, Observed, PlanRefused, Props, Step
+
+BACKUP_DIR = "/var/lib/gpu-fleet/backup"
+
+_PROBE = r"""
+p="$1"; b="$2"
+if [ -L "$p" ]; then echo "kind link"
+elif [ -f "$p" ]; then echo "kind file"; stat -c 'meta %a %U %G' -- "$p"; echo "sha256 $(sha256sum -- "$p" | cut -d' ' -f1)"
+elif [ -e "$p" ]; then echo "kind other"
+else echo "kind absent"; fi
+if [ -f "$b" ]; then echo "backup yes"; else echo "backup no"; fi
+if [ -d "$(dirname -- "$p")" ]; then echo "parent yes"; else echo "parent no"; fi
+"""
+
+# $1 path, $2 owner, $3 group, $4 mode; optional validate argv after "--".
+_WRITE = r"""
+set -eu
+p="$1"; o="$2"; g="$3"; m="$4"; shift 4
+d=$(dirname -- "$p"); mkdir -p -- "$d"
+t=$(mktemp "$d/.gpu-fleet.XXXXXX")
+trap 'rm -f -- "$t"' EXIT
+cat > "$t"
+chown -- "$o:$g" "$t"; chmod -- "$m" "$t"
+if [ "$#" -gt 0 ]; then
+  n=0; for a in "$@"; do n=$((n+1)); if [ "$a" = "{}" ]; then set -- "$@" "$t"; else set -- "$@" "$a"; fi; done
+  shift "$n"; "$@"
+fi
+mv -f -- "$t" "$p"; trap - EXIT
+"""
+
+
+def backup_path(path: str) -> str:
+    return f"{BACKUP_DIR}/{path.strip('/').replace('/', '%')}"
+
+
+def sha256_text(content: str) -> str:
+    return hashlib.sha256(content.encode()).hexdigest()
+
+
+def norm_mode(mode: str) -> str:
+    """'0644' and '644' are the same mode; `stat %a` prints the short form."""
+    return format(int(str(mode), 8), "o")
+
+
+def write_step(path: str, content: str, owner: str, group: str, mode: str,
+               validate: Optional[Sequence[str]] = None, secret: bool = False,
+               why: str = "write") -> Step:
+    return Step(sh(_WRITE, path, owner, group, norm_mode(mode), *(validate or [])),
+                f"{why} {path}", stdin=content.encode(), stdin_secret=secret)
+
+
+def parse_file_probe(stdout: str) -> Observed:
+    obs: Observed = {"kind": "absent", "backup": False, "parent": True}
+    for line in stdout.splitlines():
+        tag, _, rest = line.partition(" ")
+        if tag == "kind":
+            obs["kind"] = rest
+        elif tag == "meta":
+            obs["mode"], obs["owner"], obs["group"] = rest.split()
+        elif tag == "sha256":
+            obs["sha256"] = rest
+        elif tag == "backup":
+            obs["backup"] = rest == "yes"
+        elif tag == "parent":
+            obs["parent"] = rest == "yes"
+    return obs
+
+
+class FileProvider(HostPrimitive):
+    replace_on = ("path",)
+    record_keys = ("original", "made_parent")
+
+    def key(self, props: Props) -> str:
+        return props["path"]
+
+    def probe_argv(self, props: Props) -> list[Piece]:
+        return sh(_PROBE, props["path"], backup_path(props["path"]))
+
+    def parse(self, props: Props, stdout: str) -> Observed:
+        return parse_file_probe(stdout)
+
+    def desired(self, props: Props) -> dict[str, Any]:
+        return {"present": True, "sha256": sha256_text(props["content"]),
+                "mode": norm_mode(props.get("mode", "0644")),
+                "owner": props.get("owner", "root"), "group": props.get("group", "root")}
+
+    def state(self, props: Props, obs: Observed) -> dict[str, Any]:
+        present = obs["kind"] == "file"
+        return {"present": present, "sha256": obs.get("sha256"), "mode": obs.get("mode"),
+                "owner": obs.get("owner"), "group": obs.get("group")}
+
+    def remember(self, props: Props, before: Observed) -> Props:
+        return {"original": "backup" if before["kind"] == "file" else "absent",
+                "made_parent": not before.get("parent", True)}
+
+    def plan(self, props: Props, obs: Observed, record: Props) -> list[Step]:
+        path = props["path"]
+        if obs["kind"] not in ("file", "absent"):
+            raise PlanRefused(f"{path} is a {obs['kind']}, not a regular file; refusing to replace it")
+        want = self.desired(props)
+        steps: list[Step] = []
+        if record.get("original") == "backup" and obs["kind"] == "file" and not obs["backup"]:
+            steps.append(Step(sh('mkdir -p -- "$(dirname -- "$2")" && cp -p -- "$1" "$2"',
+                                 path, backup_path(path)), f"keep the original {path}"))
+        if obs["kind"] == "absent" or obs.get("sha256") != want["sha256"]:
+            steps.append(write_step(path, props["content"], want["owner"], want["group"],
+                                    want["mode"], props.get("validate"),
+                                    bool(props.get("secret")), "write"))
+            return steps
+        if (obs["owner"], obs["group"]) != (want["owner"], want["group"]):
+            steps.append(Step(["chown", "--", f"{want['owner']}:{want['group']}", path],
+                              f"owner of {path}"))
+        if obs["mode"] != want["mode"]:
+            steps.append(Step(["chmod", "--", want["mode"], path], f"mode of {path}"))
+        return steps
+
+    def plan_delete(self, props: Props, obs: Observed) -> list[Step]:
+        path = props["path"]
+        if props.get("original") == "backup" and obs["backup"]:
+            return [Step(["mv", "-f", "--", backup_path(path), path], f"restore the original {path}")]
+        steps = []
+        if obs["kind"] == "file":
+            steps.append(Step(["rm", "-f", "--", path], f"remove {path}"))
+        if props.get("made_parent"):
+            steps.append(Step(sh('rmdir -- "$(dirname -- "$1")" 2>/dev/null || true', path),
+                              f"remove the directory created for {path}"))
+        return steps
+
+    def public_inputs(self, props: Props) -> Props:
+        return {k: v for k, v in props.items() if k != "content"}
+
+
+class File(Resource, module="host", name="File"):
+    """A file on one host, with exact content, mode and owner."""
+
+    sha256: pulumi.Output[str]
+    present: pulumi.Output[bool]
+
+    def __init__(self, name: str, *, conn: dict, path: str, content: pulumi.Input[str],
+                 mode: str = "0644", owner: str = "root", group: str = "root",
+                 validate: Optional[list[str]] = None, secret: bool = False,
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__(
+            FileProvider(), name,
+            {"conn": conn, "path": path, "content": content, "mode": mode, "owner": owner,
+             "group": group, "validate": validate, "secret": secret,
+             "sha256": None, "present": None},
+            opts,
+        )

@@ -1,0 +1,165 @@
+"""PackageSet: exact package versions installed with apt and held.
+
+The seed's lesson: every host must run the same binaries, and a routine
+system update must not slip another Slurm in. So versions are exact
+(`name=version`), held with `apt-mark hold`, and a version lower than what is
+installed is refused unless `allow_downgrade` says so. Create records every
+package the install added (dependencies too); delete purges exactly those,
+after an apt simulation proves nothing else would go with them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pulumi
+from debian.debian_support import version_compare
+from pulumi.dynamic import Resource
+
+from ..transport.command import Piece, sh
+from .base import HostPrimitive, Observed, PlanRefused, Props, Step
+
+APT_ENV = ["env", "DEBIAN_FRONTEND=noninteractive", "NEEDRESTART_MODE=a"]
+APT_OPTS = ["-y", "-q", "-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold"]
+
+_PROBE = r"""
+echo "== installed"
+dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\n' 2>/dev/null
+echo "== held"
+apt-mark showhold 2>/dev/null
+"""
+
+
+def parse_package_probe(stdout: str) -> Observed:
+    """{'installed': {name: version} (status ii/hi only), 'held': set(names)}."""
+    installed: dict[str, str] = {}
+    held: set[str] = set()
+    section = None
+    for line in stdout.splitlines():
+        if line.startswith("== "):
+            section = line[3:].strip()
+            continue
+        parts = line.split()
+        if section == "installed" and len(parts) >= 3 and parts[2][:2] in ("ii", "hi"):
+            installed[parts[0].split(":")[0]] = parts[1]
+        elif section == "held" and parts:
+            held.add(parts[0].split(":")[0])
+    return {"installed": installed, "held": held}
+
+
+def parse_apt_simulation(stdout: str) -> set[str]:
+    """Names apt would remove ('Remv x [..]' / 'Purg x [..]' lines of `apt-get -s`)."""
+    out = set()
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] in ("Remv", "Purg"):
+            out.add(parts[1].split(":")[0])
+    return out
+
+
+class PackageSetProvider(HostPrimitive):
+    record_keys = ("added",)
+
+    def key(self, props: Props) -> str:
+        return "packages:" + ",".join(sorted(props["packages"]))
+
+    def probe_argv(self, props: Props) -> list[Piece]:
+        return sh(_PROBE)
+
+    def parse(self, props: Props, stdout: str) -> Observed:
+        return parse_package_probe(stdout)
+
+    def desired(self, props: Props) -> dict[str, Any]:
+        names = sorted(props["packages"])
+        return {"versions": {n: props["packages"][n] for n in names},
+                "held": names if props.get("hold", True) else []}
+
+    def state(self, props: Props, obs: Observed) -> dict[str, Any]:
+        names = sorted(props["packages"])
+        return {"versions": {n: obs["installed"].get(n) for n in names},
+                "held": sorted(n for n in names if n in obs["held"])}
+
+    def plan(self, props: Props, obs: Observed, record: Props) -> list[Step]:
+        want = props["packages"]
+        hold = props.get("hold", True)
+        change = {}
+        for name, version in sorted(want.items()):
+            have = obs["installed"].get(name)
+            if have == version:
+                continue
+            if have is not None and version_compare(have, version) > 0 and not props.get("allow_downgrade"):
+                raise PlanRefused(
+                    f"package {name}: installed {have} is newer than the stack's {version}; "
+                    "refusing to downgrade silently (set allow_downgrade to do it on purpose)"
+                )
+            change[name] = version
+        steps: list[Step] = []
+        if change:
+            held_changing = sorted(n for n in change if n in obs["held"])
+            if held_changing:
+                steps.append(Step(["apt-mark", "unhold", *held_changing], "release the hold to change versions"))
+            steps.append(Step([*APT_ENV, "apt-get", "-q", "update"], "refresh package lists"))
+            args = [f"{n}={v}" for n, v in sorted(change.items())]
+            extra = ["--allow-downgrades"] if props.get("allow_downgrade") else []
+            steps.append(Step([*APT_ENV, "apt-get", "install", *APT_OPTS, "--no-install-recommends",
+                               *extra, *args], "install exact versions"))
+        names = sorted(want)
+        to_hold = [n for n in names if hold and (n not in obs["held"] or n in change)]
+        to_unhold = [n for n in names if not hold and n in obs["held"]]
+        if to_hold:
+            steps.append(Step(["apt-mark", "hold", *to_hold], "hold the exact versions"))
+        if to_unhold:
+            steps.append(Step(["apt-mark", "unhold", *to_unhold], "release holds"))
+        return steps
+
+    def apply(self, props: Props, record: Props) -> Props:
+        """Apply, then record every package the install added (dependencies included)."""
+        conn = self._conn(props)
+        before = set(self.probe(conn, props)["installed"])
+        added = set(record.get("added", []))
+        outs = super().apply(props, {"added": sorted(added)})
+        now = set(self.probe(conn, props)["installed"])
+        outs["added"] = sorted(added | (now - before))
+        return outs
+
+    def plan_delete(self, props: Props, obs: Observed) -> list[Step]:
+        added = [n for n in props.get("added", []) if n in obs["installed"]]
+        held = sorted(n for n in props["packages"] if n in obs["held"])
+        steps = []
+        if held:
+            steps.append(Step(["apt-mark", "unhold", *held], "release holds"))
+        if added:
+            steps.append(Step([*APT_ENV, "apt-get", "purge", *APT_OPTS, *added],
+                              "purge what this set installed"))
+        return steps
+
+    def delete(self, _id: str, props: Props) -> None:
+        conn = self._conn(props)
+        obs = self.probe(conn, props)
+        added = [n for n in props.get("added", []) if n in obs["installed"]]
+        if added:  # read-only proof that the purge takes nothing else with it
+            sim = conn.run([*APT_ENV, "apt-get", "-s", "purge", *added], mutating=False)
+            extra = sorted(parse_apt_simulation(sim.stdout) - set(added))
+            if extra:
+                raise PlanRefused(
+                    f"host {conn.t.name}: purging {', '.join(added)} would also remove "
+                    f"{', '.join(extra)}, which this package set did not install; refusing"
+                )
+        for step in self.plan_delete(props, obs):
+            conn.run(step.argv, mutating=True)
+
+
+class PackageSet(Resource, module="host", name="PackageSet"):
+    """Exact package versions on one host, held against upgrades."""
+
+    versions: pulumi.Output[dict]
+    added: pulumi.Output[list]
+
+    def __init__(self, name: str, *, conn: dict, packages: dict[str, str], hold: bool = True,
+                 allow_downgrade: bool = False, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__(
+            PackageSetProvider(), name,
+            {"conn": conn, "packages": packages, "hold": hold, "allow_downgrade": allow_downgrade,
+             "versions": None, "held": None, "added": None},
+            opts,
+        )

@@ -1,0 +1,126 @@
+"""Pure renderers: slurm.conf, gres.conf and cgroup.conf from the stack config.
+
+Typed model in, text out, with a "managed by gpu-fleet" header; no host is
+read. They encode the seed's four contracts:
+  - scheduling: select/cons_tres + CR_Core_Memory + GresTypes=gpu, typed GPU GRES;
+  - isolation: proctrack/cgroup + task/cgroup,task/affinity and cgroup constraints
+    (cores, RAM, swap, devices);
+  - identity: auth/munge + cred/munge;
+  - operations: sched/backfill, ReturnToService, DisableRootJobs=YES.
+Only nodes that are members of a partition get a NodeName line: nodes owned by
+K3s (not retired) or unreachable are never added.
+"""
+
+from __future__ import annotations
+
+from .config import FleetConfig, NodeSpec
+
+HEADER = "# Managed by gpu-fleet: changes made here are overwritten on the next `pulumi up`.\n"
+
+
+def _compress(names: list[str]) -> str:
+    """Comma list in stack order; Slurm accepts it as is and it diffs cleanly."""
+    return ",".join(names)
+
+
+def gres_of(node: NodeSpec) -> str:
+    return f"gpu:{node.gpus.type}:{node.gpus.count}" if node.gpus else ""
+
+
+def render_slurm_conf(cfg: FleetConfig, accounting_host: str | None = None) -> str:
+    s = cfg.slurm
+    ctl = cfg.hosts.controller
+    lines = [
+        HEADER,
+        f"ClusterName={s.cluster_name}",
+        f"SlurmctldHost={ctl.name}({ctl.address})",
+        "SlurmUser=slurm",
+        "SlurmctldPort=6817",
+        "SlurmdPort=6818",
+        "",
+        "# identity",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        "",
+        "# scheduling",
+        "SchedulerType=sched/backfill",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core_Memory",
+        "GresTypes=gpu",
+        f"DefMemPerCPU={s.def_mem_per_cpu_mib}",
+        "",
+        "# isolation",
+        "ProctrackType=proctrack/cgroup",
+        "TaskPlugin=task/cgroup,task/affinity",
+        "",
+        "# operations",
+        "ReturnToService=2",
+        "DisableRootJobs=YES",
+        "MpiDefault=none",
+        "StateSaveLocation=/var/lib/slurm/slurmctld",
+        "SlurmdSpoolDir=/var/lib/slurm/slurmd",
+        "SlurmctldPidFile=/run/slurmctld.pid",
+        "SlurmdPidFile=/run/slurmd.pid",
+        "SlurmctldLogFile=/var/log/slurm/slurmctld.log",
+        "SlurmdLogFile=/var/log/slurm/slurmd.log",
+    ]
+    if accounting_host:
+        lines += [
+            "",
+            "# accounting",
+            "AccountingStorageType=accounting_storage/slurmdbd",
+            f"AccountingStorageHost={accounting_host}",
+            "AccountingStorageTRES=" + ",".join(
+                ["gres/gpu"] + sorted({f"gres/gpu:{n.gpus.type}" for n in cfg.slurm_nodes() if n.gpus})),
+            "JobAcctGatherType=jobacct_gather/cgroup",
+        ]
+    lines += ["", "# nodes"]
+    for n in cfg.slurm_nodes():
+        gres = gres_of(n)
+        lines.append(
+            f"NodeName={n.name} NodeAddr={n.address} CPUs={n.cpus} RealMemory={n.real_memory_mib}"
+            + (f" Gres={gres}" if gres else "") + " State=UNKNOWN"
+        )
+    lines += ["", "# partitions"]
+    for p in s.partitions:
+        lines.append(
+            f"PartitionName={p.name} Nodes={_compress(p.nodes)} Default={'YES' if p.default else 'NO'}"
+            f" MaxTime={p.max_time} State=UP"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def render_gres_conf(cfg: FleetConfig) -> str:
+    """Typed GPU GRES per node; `File=` is required (Count= alone leaves the node INVAL)."""
+    s = cfg.slurm
+    lines = [HEADER]
+    if s.gres_autodetect == "nvml":
+        lines.append("AutoDetect=nvml")
+    for n in cfg.slurm_nodes():
+        if not n.gpus:
+            continue
+        last = n.gpus.count - 1
+        files = f"{s.gpu_device_prefix}[0-{last}]" if last else f"{s.gpu_device_prefix}0"
+        lines.append(f"NodeName={n.name} Name=gpu Type={n.gpus.type} File={files}")
+    return "\n".join(lines) + "\n"
+
+
+def render_cgroup_conf(cfg: FleetConfig) -> str:
+    """Constrain cores, RAM, swap and devices; `cgroup/v1` needs CgroupAutomount (the lab)."""
+    plugin = cfg.slurm.cgroup_plugin
+    lines = [HEADER, f"CgroupPlugin={plugin}"]
+    if plugin == "cgroup/v1":
+        lines.append("CgroupAutomount=yes")
+    lines += [
+        "ConstrainCores=yes",
+        "ConstrainRAMSpace=yes",
+        "ConstrainSwapSpace=yes",
+        "AllowedSwapSpace=0",
+        "ConstrainDevices=yes",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def count_visible_gpus(cuda_visible_devices: str) -> int:
+    """GPUs a task sees, counted by fields: '0,1,...,7' is 8 (the seed once counted the 7 commas)."""
+    return len([f for f in cuda_visible_devices.strip().split(",") if f.strip()])

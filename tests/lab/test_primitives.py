@@ -1,0 +1,127 @@
+"""Every host primitive through the real engine on a real lab host.
+
+create -> a second `up` changes nothing and sends no mutating command (command
+log) -> drift made by hand -> `pulumi refresh` records it -> `up` repairs it
+-> `destroy` leaves the host as it was before (probe).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from pathlib import Path
+
+import pytest
+
+from tests.pulumi_cli import ROOT, PulumiProject
+
+from .labhosts import command_log, lab_conn, ssh
+
+PROGRAM = Path(__file__).parent / "programs" / "primitives"
+HOST = "node3"
+
+# What the program manages, read back as the host sees it; also the "as before" probe.
+SNAPSHOT = r"""
+echo "file $(cat /etc/gpu-fleet-test/demo.conf 2>/dev/null | tr '\n' '|')"
+echo "filemeta $(stat -c '%a %U %G' /etc/gpu-fleet-test/demo.conf 2>/dev/null)"
+echo "secretmeta $(stat -c '%a %U %G' /etc/gpu-fleet-test/secret.key 2>/dev/null)"
+echo "dir $(test -d /etc/gpu-fleet-test && ls -A /etc/gpu-fleet-test | tr '\n' ' ' || echo none)"
+echo "user $(getent passwd gftest)"
+echo "group $(getent group gftest)"
+echo "unit $(systemctl is-enabled gf-demo.service 2>/dev/null) $(systemctl is-active gf-demo.service 2>/dev/null)"
+echo "delegate $(systemctl show -p Delegate --value gf-demo.service 2>/dev/null)"
+echo "unitfiles $(ls /etc/systemd/system | grep -c gf-demo)"
+echo "pkg $(dpkg-query -W -f='${Package}=${Version} ' hello 2>/dev/null)"
+echo "held $(apt-mark showhold | tr '\n' ' ')"
+echo "marker $(cat /var/tmp/gf/marker 2>/dev/null)"
+echo "dpkg $(dpkg-query -W -f='${Package}\n' | sha256sum | cut -c1-16)"
+"""
+
+
+def snapshot() -> dict[str, str]:
+    out = ssh(HOST, SNAPSHOT).stdout
+    return {k: v.strip() for k, _, v in (line.partition(" ") for line in out.splitlines())}
+
+
+def hello_version() -> str:
+    out = ssh(HOST, "apt-get -q update >/dev/null 2>&1; apt-cache policy hello").stdout
+    return next(line.split()[1] for line in out.splitlines() if "Candidate:" in line)
+
+
+@pytest.fixture
+def program(lab, tmp_path):
+    proj = PulumiProject.copy_of(
+        tmp_path, [PROGRAM / "Pulumi.yaml", PROGRAM / "__main__.py", ROOT / "components"])
+    proj.env["GPU_FLEET_COMMAND_LOG"] = str(tmp_path / "commands.jsonl")
+    proj.init_stack("lab")
+    proj.run("config", "set", "conns", json.dumps([lab_conn(HOST)]))
+    proj.run("config", "set", "packages", json.dumps({"hello": hello_version()}))
+    proj.secret = "gf-test-secret-" + secrets.token_hex(12)
+    proj.run("config", "set", "--secret", "secret", proj.secret)
+    proj.log = tmp_path / "commands.jsonl"
+    yield proj
+    proj.run("destroy", "--yes", "--stack", "lab", check=False)
+
+
+def updated_resources(proj: PulumiProject) -> set[str]:
+    steps = proj.preview_json("lab")["steps"]
+    return {s["urn"].rsplit("::", 1)[1] for s in steps if s["op"] == "update"}
+
+
+def test_primitives_lifecycle(program):
+    proj = program
+    before = snapshot()
+    assert before["user"] == "" and before["unitfiles"] == "0", "lab host not clean: " + str(before)
+
+    # create
+    proj.run("up", "--yes", "--stack", "lab")
+    s = snapshot()
+    assert s["file"] == "# managed by gpu-fleet|variant=1|"
+    assert s["filemeta"] == "640 root gftest"
+    assert s["secretmeta"] == "400 gftest gftest"
+    assert s["user"].startswith("gftest:x:64101:64101:") and s["group"].startswith("gftest:x:64101:")
+    assert s["unit"] == "enabled active" and s["delegate"] == "yes"
+    assert s["pkg"].startswith("hello=") and "hello" in s["held"].split()
+    assert s["marker"] == "made"
+
+    # a second up with nothing changed: no change, not one command sent
+    proj.log.unlink()
+    proj.run("up", "--yes", "--stack", "lab", "--expect-no-changes")
+    assert command_log(proj.log) == []
+
+    # up --refresh: read-only probes only
+    proj.run("up", "--yes", "--stack", "lab", "--refresh", "--expect-no-changes")
+    log = command_log(proj.log)
+    assert log and not [c for c in log if c["mutating"]], log
+
+    # drift by hand
+    ssh(HOST, "echo tampered >> /etc/gpu-fleet-test/demo.conf; chmod 644 /etc/gpu-fleet-test/secret.key;"
+              " systemctl stop gf-demo.service; apt-mark unhold hello >/dev/null;"
+              " rm -rf /var/tmp/gf; usermod -s /bin/sh gftest")
+    proj.run("refresh", "--yes", "--stack", "lab")
+    assert updated_resources(proj) == {
+        f"{HOST}-{r}" for r in ("file", "secret", "unit", "packages", "command", "account")}
+
+    # up repairs, with mutating commands this time
+    proj.log.unlink()
+    proj.run("up", "--yes", "--stack", "lab")
+    assert [c for c in command_log(proj.log) if c["mutating"]]
+    s = snapshot()
+    assert s["file"] == "# managed by gpu-fleet|variant=1|" and s["secretmeta"] == "400 gftest gftest"
+    assert s["unit"] == "enabled active" and "hello" in s["held"].split() and s["marker"] == "made"
+    assert s["user"].endswith(":/usr/sbin/nologin")
+    proj.run("up", "--yes", "--stack", "lab", "--refresh", "--expect-no-changes")
+
+    # a changed input updates in place
+    proj.run("config", "set", "variant", "2")
+    proj.run("up", "--yes", "--stack", "lab")
+    assert snapshot()["file"] == "# managed by gpu-fleet|variant=2|"
+
+    # secrets: never in plain text in state or the command log
+    state = proj.run("stack", "export", "--stack", "lab").stdout
+    assert proj.secret not in state
+    assert proj.secret not in proj.log.read_text()
+
+    # destroy: the host is as before
+    proj.run("destroy", "--yes", "--stack", "lab")
+    assert snapshot() == before

@@ -1,0 +1,219 @@
+"""Pure parsers and planners of the host primitives: plan, then re-plan on the result."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.providers.account import AccountProvider, parse_account_probe
+from components.providers.base import PlanRefused
+from components.providers.command import CommandWithVerifyProvider
+from components.providers.file import FileProvider, backup_path, sha256_text
+from components.providers.packages import (
+    PackageSetProvider, parse_apt_simulation, parse_package_probe,
+)
+from components.providers.systemd import SystemdUnitProvider, parse_unit_probe
+
+CONN = {"name": "node1", "address": "10.0.0.1"}
+
+
+# ---- File ----------------------------------------------------------------------
+def fprops(**kw):
+    return {"conn": CONN, "path": "/etc/x.conf", "content": "a=1\n", "mode": "0640",
+            "owner": "root", "group": "slurm", **kw}
+
+
+def fobs(kind="file", content="a=1\n", mode="640", owner="root", group="slurm", backup=False):
+    o = {"kind": kind, "backup": backup}
+    if kind == "file":
+        o.update(mode=mode, owner=owner, group=group, sha256=sha256_text(content))
+    return o
+
+
+def test_file_absent_is_written_atomically_with_mode():
+    [step] = FileProvider().plan(fprops(), fobs("absent"), {"original": "absent"})
+    assert step.stdin == b"a=1\n"
+    assert step.argv[-4:] == ["/etc/x.conf", "root", "slurm", "640"]
+    assert "mktemp" in step.argv[2] and "mv -f" in step.argv[2]
+
+
+def test_file_in_sync_plans_nothing():
+    assert FileProvider().plan(fprops(), fobs(), {"original": "absent"}) == []
+
+
+def test_file_mode_drift_only_chmods():
+    [step] = FileProvider().plan(fprops(), fobs(mode="644"), {})
+    assert list(step.argv) == ["chmod", "--", "640", "/etc/x.conf"]
+
+
+def test_file_existing_original_is_backed_up_then_restored():
+    p = FileProvider()
+    record = p.remember(fprops(), fobs(content="old\n"))
+    assert record == {"original": "backup", "made_parent": False}
+    steps = p.plan(fprops(), fobs(content="old\n"), record)
+    assert [s.why.split()[0] for s in steps] == ["keep", "write"]
+    assert backup_path("/etc/x.conf") in steps[0].argv
+    [undo] = p.plan_delete({**fprops(), **record}, fobs(backup=True))
+    assert list(undo.argv) == ["mv", "-f", "--", backup_path("/etc/x.conf"), "/etc/x.conf"]
+
+
+def test_file_delete_removes_only_what_it_created():
+    p = FileProvider()
+    assert [list(s.argv) for s in p.plan_delete({**fprops(), "original": "absent"}, fobs())] == [
+        ["rm", "-f", "--", "/etc/x.conf"]]
+    assert p.plan_delete({**fprops(), "original": "absent"}, fobs("absent")) == []
+    steps = p.plan_delete({**fprops(), "original": "absent", "made_parent": True}, fobs())
+    assert [s.why for s in steps] == ["remove /etc/x.conf", "remove the directory created for /etc/x.conf"]
+
+
+def test_file_refuses_to_replace_a_directory():
+    with pytest.raises(PlanRefused):
+        FileProvider().plan(fprops(), fobs("other"), {})
+
+
+def test_file_probe_parser():
+    from components.providers.file import parse_file_probe
+    obs = parse_file_probe("kind file\nmeta 600 munge munge\nsha256 abc\nbackup no\n")
+    assert obs == {"kind": "file", "mode": "600", "owner": "munge", "group": "munge",
+                   "sha256": "abc", "backup": False, "parent": True}
+
+
+def test_file_outputs_never_carry_content():
+    assert "content" not in FileProvider().public_inputs(fprops(content="s3cret"))
+
+
+# ---- PackageSet ---------------------------------------------------------------
+PROBE = """== installed
+hello 2.10-3 ii
+jq 1.6-2.1 ii
+libc6:amd64 2.36-9 ii
+old 1.0 rc
+== held
+jq
+"""
+
+
+def test_package_probe_parser():
+    obs = parse_package_probe(PROBE)
+    assert obs["installed"] == {"hello": "2.10-3", "jq": "1.6-2.1", "libc6": "2.36-9"}
+    assert obs["held"] == {"jq"}
+
+
+def test_packages_in_sync_only_hold_missing():
+    p = PackageSetProvider()
+    obs = parse_package_probe(PROBE)
+    steps = p.plan({"packages": {"hello": "2.10-3", "jq": "1.6-2.1"}, "hold": True}, obs, {})
+    assert [list(s.argv) for s in steps] == [["apt-mark", "hold", "hello"]]
+    obs["held"].add("hello")
+    assert p.plan({"packages": {"hello": "2.10-3", "jq": "1.6-2.1"}, "hold": True}, obs, {}) == []
+
+
+def test_packages_install_exact_versions():
+    p = PackageSetProvider()
+    steps = p.plan({"packages": {"tree": "2.1.0-1"}, "hold": True}, parse_package_probe(PROBE), {})
+    install = [s for s in steps if "install" in s.argv][0]
+    assert "tree=2.1.0-1" in install.argv and "--no-install-recommends" in install.argv
+    assert list(steps[-1].argv) == ["apt-mark", "hold", "tree"]
+
+
+def test_packages_refuse_silent_downgrade():
+    with pytest.raises(PlanRefused, match="refusing to downgrade"):
+        PackageSetProvider().plan({"packages": {"jq": "1.5-1"}}, parse_package_probe(PROBE), {})
+    steps = PackageSetProvider().plan({"packages": {"jq": "1.5-1"}, "allow_downgrade": True},
+                                      parse_package_probe(PROBE), {})
+    assert list(steps[0].argv) == ["apt-mark", "unhold", "jq"]
+    assert any("--allow-downgrades" in s.argv for s in steps)
+
+
+def test_apt_simulation_parser():
+    sim = "Purg hello [2.10-3]\nRemv libfoo:amd64 [1]\nInst x\n"
+    assert parse_apt_simulation(sim) == {"hello", "libfoo"}
+
+
+# ---- SystemdUnit --------------------------------------------------------------
+UNIT = {"conn": CONN, "name": "demo.service", "content": "[Service]\nExecStart=/bin/sleep 1d\n",
+        "dropins": {"10-delegate.conf": "[Service]\nDelegate=yes\n"}, "enabled": True,
+        "active": True, "properties": {"Delegate": "yes"}}
+F1, F2 = "/etc/systemd/system/demo.service", "/etc/systemd/system/demo.service.d/10-delegate.conf"
+
+
+def unit_obs(files_ok=True, active="active", enabled="enabled", reload="no", delegate="yes"):
+    lines = [f"file {F1} {sha256_text(UNIT['content']) if files_ok else 'absent'}",
+             f"file {F2} {sha256_text(UNIT['dropins']['10-delegate.conf']) if files_ok else 'absent'}",
+             "== show", "LoadState=loaded", f"ActiveState={active}", f"UnitFileState={enabled}",
+             f"NeedDaemonReload={reload}", f"Delegate={delegate}"]
+    return parse_unit_probe("\n".join(lines))
+
+
+def test_unit_from_scratch():
+    steps = SystemdUnitProvider().plan(UNIT, unit_obs(False, "inactive", "disabled"), {})
+    whys = [s.why for s in steps]
+    assert whys[:2] == ["write unit " + F1, "write unit " + F2]
+    assert [list(s.argv) for s in steps[2:]] == [
+        ["systemctl", "daemon-reload"], ["systemctl", "enable", "demo.service"],
+        ["systemctl", "start", "demo.service"]]
+
+
+def test_unit_in_sync_plans_nothing():
+    assert SystemdUnitProvider().plan(UNIT, unit_obs(), {}) == []
+
+
+def test_unit_reload_only_when_needed():
+    steps = SystemdUnitProvider().plan(UNIT, unit_obs(reload="yes"), {})
+    assert [list(s.argv) for s in steps] == [["systemctl", "daemon-reload"]]
+
+
+def test_unit_stopped_by_hand_is_started_not_reloaded():
+    steps = SystemdUnitProvider().plan(UNIT, unit_obs(active="inactive"), {})
+    assert [list(s.argv) for s in steps] == [["systemctl", "start", "demo.service"]]
+
+
+def test_unit_live_property_mismatch_is_not_in_sync():
+    steps = SystemdUnitProvider().plan(UNIT, unit_obs(delegate="no"), {})
+    assert steps and "Delegate=no (want yes)" in steps[0].why
+
+
+def test_unit_delete_restores_previous_state():
+    p = SystemdUnitProvider()
+    steps = p.plan_delete({**UNIT, "was_enabled": False, "was_active": False}, unit_obs())
+    assert [s.argv[1] if s.argv[0] == "systemctl" else s.argv[0] for s in steps] == [
+        "stop", "disable", "rm", "sh", "daemon-reload"]
+
+
+# ---- Account ------------------------------------------------------------------
+ACC = {"conn": CONN, "name": "slurm", "uid": 64030, "gid": 64030, "home": "/nonexistent",
+       "shell": "/usr/sbin/nologin"}
+
+
+def test_account_created_with_fixed_ids():
+    obs = parse_account_probe("user \ngroup \nuid \ngid \n")
+    steps = AccountProvider().plan(ACC, obs, {})
+    assert list(steps[0].argv) == ["groupadd", "--system", "-g", "64030", "slurm"]
+    assert steps[1].argv[:5] == ["useradd", "--system", "-u", "64030", "-g"]
+
+
+def test_account_in_sync():
+    obs = parse_account_probe(
+        "user slurm:x:64030:64030:slurm:/nonexistent:/usr/sbin/nologin\ngroup slurm:x:64030:\n"
+        "uid slurm:x:64030:64030:slurm:/nonexistent:/usr/sbin/nologin\ngid slurm:x:64030:\n")
+    assert AccountProvider().plan(ACC, obs, {}) == []
+
+
+def test_account_never_renumbers():
+    obs = parse_account_probe(
+        "user slurm:x:999:999:slurm:/var/lib/slurm:/bin/false\ngroup slurm:x:999:\n"
+        "uid munge:x:64030:64030::/:/bin/false\ngid \n")
+    with pytest.raises(PlanRefused) as e:
+        AccountProvider().plan(ACC, obs, {})
+    msg = str(e.value)
+    assert "user slurm exists with uid 999, the stack fixes uid 64030" in msg
+    assert "uid 64030 already belongs to user munge" in msg and "never renumbers" in msg
+
+
+# ---- CommandWithVerify --------------------------------------------------------
+def test_command_verify_parser():
+    p = CommandWithVerifyProvider()
+    assert p.parse({}, "some output\nverify-rc 0\n") == {"verified": True}
+    assert p.parse({}, "verify-rc 3\n") == {"verified": False}
+    props = {"create": ["touch", "/x"], "verify": ["test", "-e", "/x"]}
+    assert p.plan(props, {"verified": True}, {}) == []
+    assert [list(s.argv) for s in p.plan(props, {"verified": False}, {})] == [["touch", "/x"]]

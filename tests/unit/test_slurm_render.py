@@ -1,0 +1,75 @@
+"""Golden files for the Slurm renderers; regenerate with GPU_FLEET_UPDATE_GOLDEN=1."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from components.config import parse_fleet_config
+from components.slurm_render import (
+    count_visible_gpus, render_cgroup_conf, render_gres_conf, render_slurm_conf,
+)
+from tests.conftest import stack_config
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+
+
+def check_golden(name: str, text: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("GPU_FLEET_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert path.exists(), f"missing golden file {path}; run with GPU_FLEET_UPDATE_GOLDEN=1"
+    assert text == path.read_text(), f"{name} differs from its golden file"
+
+
+@pytest.mark.parametrize("stack", ["canary", "full"])
+def test_golden(stack):
+    cfg = parse_fleet_config(stack_config(stack), stack)
+    check_golden(f"{stack}.slurm.conf", render_slurm_conf(cfg, accounting_host="storage"))
+    check_golden(f"{stack}.gres.conf", render_gres_conf(cfg))
+    check_golden(f"{stack}.cgroup.conf", render_cgroup_conf(cfg))
+
+
+def test_full_conf_contracts():
+    cfg = parse_fleet_config(stack_config("full"), "full")
+    conf = render_slurm_conf(cfg, accounting_host="storage")
+    for line in ["SelectType=select/cons_tres", "SelectTypeParameters=CR_Core_Memory", "GresTypes=gpu",
+                 "ProctrackType=proctrack/cgroup", "TaskPlugin=task/cgroup,task/affinity",
+                 "AuthType=auth/munge", "CredType=cred/munge", "SchedulerType=sched/backfill",
+                 "DisableRootJobs=YES", "AccountingStorageTRES=gres/gpu,gres/gpu:v100"]:
+        assert line in conf.splitlines(), line
+    nodes = [l for l in conf.splitlines() if l.startswith("NodeName=")]
+    assert len(nodes) == 14 and all("Gres=gpu:v100:8" in l and "RealMemory=184000" in l for l in nodes)
+    assert "gpu15" not in conf  # unreachable: pending, never added
+
+
+def test_k3s_nodes_not_retired_are_never_added():
+    raw = stack_config("full")
+    raw["gpu-fleet:slurm"]["partitions"][0]["nodes"] = ["gpu01", "gpu02"]
+    raw["gpu-fleet:k3s_retirement"]["enabled"] = False
+    raw["gpu-fleet:k3s_retirement"]["retire"] = []
+    conf = render_slurm_conf(parse_fleet_config(raw, "full"))
+    assert [l.split()[0] for l in conf.splitlines() if l.startswith("NodeName=")] == [
+        "NodeName=gpu01", "NodeName=gpu02"]
+
+
+def test_cgroup_v1_needs_automount():
+    raw = stack_config("canary")
+    raw["gpu-fleet:slurm"]["cgroup_plugin"] = "cgroup/v1"
+    text = render_cgroup_conf(parse_fleet_config(raw, "canary"))
+    assert "CgroupPlugin=cgroup/v1\nCgroupAutomount=yes\n" in text
+    assert "CgroupAutomount" not in render_cgroup_conf(parse_fleet_config(stack_config("canary"), "c"))
+
+
+def test_gres_files_per_node():
+    text = render_gres_conf(parse_fleet_config(stack_config("canary"), "canary"))
+    assert "NodeName=gpu01 Name=gpu Type=v100 File=/dev/nvidia[0-7]" in text
+
+
+@pytest.mark.parametrize("value,n", [
+    ("0,1,2,3,4,5,6,7", 8), ("3", 1), ("", 0), ("0,1,2,3,4,5,6,7\n", 8), ("4,5", 2),
+])
+def test_gpus_counted_by_fields_not_separators(value, n):
+    assert count_visible_gpus(value) == n
