@@ -44,6 +44,28 @@ else
   log ".venv up to date"
 fi
 
+# --- 1b. system packages for the lab (python -m lab) --------------------------
+# systemd-nspawn hosts need debootstrap, nspawn itself, zstd for the cached image,
+# an ssh client, dpkg-scanpackages for the hosts' local apt repository and ip(8).
+# Installed only as root where apt-get exists; apt-get update only when one is missing.
+LAB_PKGS="debootstrap systemd-container zstd openssh-client dpkg-dev iproute2"
+if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+  missing=""
+  for p in $LAB_PKGS; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
+  done
+  if [ -n "$missing" ]; then
+    log "installing system packages for the lab:$missing"
+    export DEBIAN_FRONTEND=noninteractive
+    apt_log="$(mktemp)"
+    apt-get update -qq >"$apt_log" 2>&1 || log "apt-get update reported errors (continuing)"
+    # shellcheck disable=SC2086
+    apt-get install -y -qq --no-install-recommends $missing >>"$apt_log" 2>&1 \
+      || { cat "$apt_log" >&2; die "apt-get install of$missing failed"; }
+    rm -f "$apt_log"
+  fi
+fi
+
 # --- 2. the Pulumi CLI --------------------------------------------------------
 command -v go >/dev/null || die "Go is required to build the Pulumi CLI (none on PATH)"
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"
@@ -101,6 +123,17 @@ if [ ! -f "$EXEC" ]; then
   mkdir -p "$(dirname "$EXEC")"
   install -m 0755 "$sdk_dir/python/cmd/pulumi-language-python-exec" "$EXEC"
 fi
+# What the shim runs: an adapter that starts the host, forwards its RPCs and adds the
+# RunPlugin RPC newer CLIs use to start Python policy packs. Keyed by its sources' hash.
+ADAPTER_HASH="$(cd tools/pulumi-language-python-adapter \
+  && LC_ALL=C sha256sum go.mod go.sum ./*.go | sha256sum | cut -c1-16)"
+ADAPTER="$CACHE/pulumi-language-python-adapter/$ADAPTER_HASH/pulumi-language-python-adapter"
+if [ ! -x "$ADAPTER" ]; then
+  build_go tools/pulumi-language-python-adapter \
+    github.com/gpu-fleet/gpu-fleet/tools/pulumi-language-python-adapter "$ADAPTER" "-s -w"
+else
+  log "pulumi-language-python-adapter cached at $(dirname "$ADAPTER")"
+fi
 
 # --- 4. shims next to the CLI -------------------------------------------------
 # The CLI looks for plugins next to its own binary first, as in the official
@@ -116,8 +149,9 @@ write_shim() { # <name> <body>
 VENV_PY='"${PULUMI_RUNTIME_VIRTUALENV:+$PULUMI_RUNTIME_VIRTUALENV/bin/}python3"'
 # CLIs since ~v3.100 send runtime options in RPCs; the v3.68 host still reads
 # them as flags, so pass the project's `virtualenv` option the way it expects.
+# The adapter starts the host with exactly these flags and the CLI's arguments.
 write_shim pulumi-language-python "venv=\$(sed -n 's/^[[:space:]]*virtualenv:[[:space:]]*//p' Pulumi.yaml 2>/dev/null | head -n1)
-exec '$HOST_DIR/pulumi-language-python' -use-executor='$EXEC' \${venv:+\"-virtualenv=\$venv\"} \"\$@\""
+exec '$ADAPTER' -host='$HOST_DIR/pulumi-language-python' -use-executor='$EXEC' \${venv:+\"-virtualenv=\$venv\"} \"\$@\""
 write_shim pulumi-resource-pulumi-python "exec $VENV_PY -u -m pulumi.dynamic \"\$@\""
 write_shim pulumi-analyzer-policy-python "exec $VENV_PY -u -m pulumi.policy \"\$@\""
 

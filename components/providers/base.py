@@ -18,6 +18,7 @@ Providers are pickled by the engine: no connection, lock or socket lives on
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -54,6 +55,28 @@ class PlanRefused(FleetError):
 
 def target_of(props: Props) -> SshTarget:
     return SshTarget.from_dict(props["conn"])
+
+
+def normalize(value: Any) -> Any:
+    """The engine hands numbers over as floats (22.0); give integers back their type."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: normalize(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [normalize(v) for v in value]
+    return value
+
+
+def _entry(fn):
+    """Provider entry point: normalized props in; our own errors out with a short traceback."""
+    @functools.wraps(fn)
+    def wrapper(self, *args):
+        try:
+            return fn(self, *(normalize(a) for a in args))
+        except FleetError as e:
+            raise FleetError(str(e)) from None
+    return wrapper
 
 
 class HostPrimitive(ResourceProvider):
@@ -125,14 +148,17 @@ class HostPrimitive(ResourceProvider):
     #: output keys written by `remember` (carried across updates)
     record_keys: tuple[str, ...] = ()
 
+    @_entry
     def create(self, props: Props) -> CreateResult:
         outs = self.apply(props, {})
         return CreateResult(id_=f"{target_of(props).name}:{self.key(props)}", outs=outs)
 
+    @_entry
     def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
         record = {k: olds[k] for k in self.record_keys if k in olds}
         return UpdateResult(outs=self.apply(news, record))
 
+    @_entry
     def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
         desired = self.desired(news)
         changes = sorted(k for k, v in desired.items() if olds.get(k) != v)
@@ -143,11 +169,13 @@ class HostPrimitive(ResourceProvider):
         return DiffResult(changes=bool(changes), replaces=replaces, stables=[],
                           delete_before_replace=True)
 
+    @_entry
     def read(self, id_: str, props: Props) -> ReadResult:
         conn = self._conn(props)
         observed = self.probe(conn, props)
         return ReadResult(id_=id_, outs={**props, **self.state(props, observed)})
 
+    @_entry
     def delete(self, _id: str, props: Props) -> None:
         conn = self._conn(props)
         observed = self.probe(conn, props)

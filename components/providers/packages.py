@@ -17,7 +17,7 @@ from debian.debian_support import version_compare
 from pulumi.dynamic import Resource
 
 from ..transport.command import Piece, sh
-from .base import HostPrimitive, Observed, PlanRefused, Props, Step
+from .base import HostPrimitive, Observed, PlanRefused, Props, Step, _entry
 
 APT_ENV = ["env", "DEBIAN_FRONTEND=noninteractive", "NEEDRESTART_MODE=a"]
 APT_OPTS = ["-y", "-q", "-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold"]
@@ -133,6 +133,7 @@ class PackageSetProvider(HostPrimitive):
                               "purge what this set installed"))
         return steps
 
+    @_entry
     def delete(self, _id: str, props: Props) -> None:
         conn = self._conn(props)
         obs = self.probe(conn, props)

@@ -15,6 +15,7 @@ and the output (masked).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -113,7 +114,9 @@ def ssh_argv(t: SshTarget) -> list[str]:
         "ServerAliveCountMax": "3",
         "ControlMaster": "auto",
         "ControlPersist": "120",
-        "ControlPath": str(_control_dir() / "%C"),
+        # One master per full target: a different key, known_hosts or jump host must
+        # never ride on a connection that was verified with other settings.
+        "ControlPath": str(_control_dir() / hashlib.sha256(repr(t).encode()).hexdigest()[:20]),
         "LogLevel": "ERROR",
     }
     if t.known_hosts_file:
@@ -166,6 +169,7 @@ class Connection:
 
     def __init__(self, target: SshTarget):
         self.t = target
+        self._connected = False
 
     def _check_files(self) -> None:
         t = self.t
@@ -174,12 +178,16 @@ class Connection:
                 raise AuthFailed(t.name, "ssh", None, "", f"ssh.{what} {f} does not exist")
 
     def connect(self, retries: int = 3, backoff_s: float = 1.0) -> None:
-        """Open (or reuse) the control connection; read-only, so retried on transport errors."""
+        """Open the control connection once per process; read-only, so retried on transport
+        errors. Later commands reopen a lapsed master by themselves (ControlMaster=auto)."""
         self._check_files()
+        if self._connected:
+            return
         last: Optional[HostError] = None
         for attempt in range(retries):
             try:
                 self.run(["true"], mutating=False, sudo=False, check=True, _connecting=True)
+                self._connected = True
                 return
             except (HostKeyMismatch, AuthFailed):
                 raise
