@@ -118,7 +118,9 @@ class AccountProvider(HostPrimitive):
         if props.get("created_user") and obs.get("user"):
             steps.append(Step(["userdel", name], f"remove user {name}"))
         if props.get("created_group") and obs.get("group"):
-            steps.append(Step(["groupdel", name], f"remove group {name}"))
+            # userdel may already have removed the user's own group (USERGROUPS_ENAB).
+            steps.append(Step(sh('if getent group "$1" >/dev/null; then groupdel "$1"; fi', name),
+                              f"remove group {name}"))
         return steps
 
 

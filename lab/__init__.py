@@ -1,0 +1,14 @@
+"""The lab: real local hosts for the project's integration tests and demo.
+
+`python -m lab up|down|status` (as root) boots systemd-nspawn containers from a
+debootstrapped Debian bookworm image: systemd as PID 1, sshd, python3, each with
+its own hostname and address on a private bridge (`gflab0`, 10.213.57.0/24),
+and a local apt repository bound read-only at /srv/lab-repo. `up` writes the
+`lab` stack file (`stacks/Pulumi.lab.yaml`) and `.state/lab/inventory.json`.
+
+Modules: `common` (paths, logging, commands, locks), `hosts` (names and
+addresses), `image` (the cached base image), `repo` (the hosts' apt
+repository), `rootfs` (per-host root filesystems), `nspawn` (cgroups, boot,
+stop), `net` (the bridge), `stackfile` (stack file and inventory), `core`
+(up/down/status).
+"""

@@ -1,0 +1,52 @@
+"""python -m lab up [--nodes N] | down | status  (as root, with the project's .venv python)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .common import LabError
+from .hosts import DEFAULT_NODES, MAX_NODES
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m lab",
+        description="Local test hosts: systemd-nspawn containers (Debian bookworm, systemd, sshd) "
+                    "on the bridge gflab0 (10.213.57.0/24).",
+    )
+    sub = p.add_subparsers(dest="cmd", required=True)
+    pu = sub.add_parser("up", help="boot the lab (idempotent); write stacks/Pulumi.lab.yaml")
+    pu.add_argument("--nodes", type=int, default=DEFAULT_NODES,
+                    help=f"compute nodes node1..nodeN (default {DEFAULT_NODES}, at most {MAX_NODES})")
+    pu.add_argument("--timeout", type=float, default=120.0,
+                    help="seconds to wait for every host's sshd (default 120)")
+    pu.add_argument("--rootfs", choices=["auto", "overlay", "copy"], default=None,
+                    help="per-host root filesystem: overlay on the cached image, or a full copy "
+                         "(default auto: overlay, else copy; env GPU_FLEET_LAB_ROOTFS)")
+    sub.add_parser("down", help="stop every lab host and remove its state (keeps the cache)")
+    sub.add_parser("status", help="one line per host: process alive, ssh reachable")
+    args = p.parse_args(argv)
+
+    from . import core
+
+    try:
+        if args.cmd == "up":
+            if not 1 <= args.nodes <= MAX_NODES:
+                p.error(f"--nodes must be between 1 and {MAX_NODES}")
+            core.up(args.nodes, args.timeout, args.rootfs)
+            return 0
+        if args.cmd == "down":
+            core.down()
+            return 0
+        return core.status()
+    except LabError as e:
+        print(f"lab: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("lab: interrupted (run `python -m lab down` to clean up)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

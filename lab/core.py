@@ -1,0 +1,268 @@
+"""`up`, `down` and `status`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from . import image, net, nspawn, repo, rootfs, stackfile
+from .common import (
+    HOSTS_DIR, INVENTORY, KEY, KNOWN_HOSTS, LOGS_DIR, STACK_FILE, STATE, LabError, check_tools,
+    flock, last_line, log, rel, remove_tree, require_root, run,
+)
+from .hosts import BRIDGE, DEFAULT_NODES, Host, lab_hosts
+
+TOOLS = ["systemd-nspawn", "ssh", "ssh-keygen", "ip", "zstd", "tar", "mount"]
+INVENTORY_VERSION = 1
+
+
+# --- ssh -------------------------------------------------------------------------
+
+def ssh_argv(address: str, user: str = "root", connect_timeout: int = 5) -> list[str]:
+    """ssh to a lab host with the lab key, checking its host key against the lab's known_hosts."""
+    return [
+        "ssh", "-F", "/dev/null", "-i", str(KEY), "-o", "IdentitiesOnly=yes",
+        "-o", f"UserKnownHostsFile={KNOWN_HOSTS}", "-o", "GlobalKnownHostsFile=/dev/null",
+        "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
+        "-o", f"ConnectTimeout={connect_timeout}", "-o", "LogLevel=ERROR",
+        f"{user}@{address}",
+    ]
+
+
+def ssh_ok(address: str, connect_timeout: int = 3) -> bool:
+    try:
+        return subprocess.run(
+            [*ssh_argv(address, connect_timeout=connect_timeout), "true"],
+            stdin=subprocess.DEVNULL, capture_output=True, timeout=connect_timeout + 5,
+        ).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def ensure_lab_key() -> None:
+    STATE.mkdir(parents=True, exist_ok=True)
+    if not (KEY.exists() and KEY.with_suffix(".pub").exists()):
+        for p in (KEY, KEY.with_suffix(".pub")):
+            if p.exists():
+                p.unlink()
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpu-fleet-lab", "-f", str(KEY)])
+        log(f"generated the lab SSH key {rel(KEY)}")
+    os.chmod(KEY, 0o600)
+
+
+# --- health ------------------------------------------------------------------------
+
+def _expected(inv: dict, nodes: int) -> list[str]:
+    """Why the recorded lab is not the lab `up` would build now (empty: it is)."""
+    why = []
+    if inv.get("version") != INVENTORY_VERSION:
+        why.append("inventory format changed")
+    if inv.get("state") != "up":
+        why.append(f"recorded state is {inv.get('state')!r}")
+    if inv.get("nodes") != nodes:
+        why.append(f"{inv.get('nodes')} node(s) up, {nodes} asked for")
+    if inv.get("image") != image.image_key():
+        why.append("the image changed")
+    if inv.get("repo") != repo.repo_key():
+        why.append("the package list changed")
+    if [h.get("name") for h in inv.get("hosts", [])] != [h.name for h in lab_hosts(nodes)]:
+        why.append("different hosts")
+    return why
+
+
+def host_health(h: dict) -> tuple[bool, bool]:
+    pid = h.get("pid")
+    pid_ok = bool(pid) and nspawn.is_lab_nspawn(int(pid))
+    return pid_ok, pid_ok and ssh_ok(h["address"])
+
+
+def unhealthy(inv: dict) -> list[str]:
+    problems = []
+    if not net.bridge_exists():
+        problems.append(f"bridge {BRIDGE} missing")
+    if not KEY.exists() or not KNOWN_HOSTS.exists():
+        problems.append("lab key or known_hosts missing")
+    hosts = inv.get("hosts", [])
+    with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as ex:
+        results = list(ex.map(host_health, hosts))
+    for h, (pid_ok, ssh_up) in zip(hosts, results):
+        if not pid_ok:
+            problems.append(f"{h['name']}: systemd-nspawn (pid {h.get('pid')}) is not running")
+        elif not ssh_up:
+            problems.append(f"{h['name']}: ssh to {h['address']} fails")
+    return problems
+
+
+def leftovers() -> bool:
+    return bool(HOSTS_DIR.exists() or net.bridge_exists() or nspawn.lab_nspawn_pids()
+                or nspawn.cgroup_pids() or INVENTORY.exists())
+
+
+# --- up --------------------------------------------------------------------------
+
+def up(nodes: int = DEFAULT_NODES, timeout: float = 120.0, rootfs_mode: str | None = None) -> dict:
+    require_root()
+    check_tools(TOOLS)
+    rootfs_mode = rootfs_mode or os.environ.get("GPU_FLEET_LAB_ROOTFS", "auto")
+    if rootfs_mode not in ("auto", *rootfs.MODES):
+        raise LabError(f"rootfs mode must be auto, overlay or copy (got {rootfs_mode!r})")
+    hosts = lab_hosts(nodes)
+    start = time.monotonic()
+    with flock(STATE / ".lock", "lab"):
+        ensure_lab_key()
+        inv = stackfile.read_inventory()
+        if inv is not None:
+            why = _expected(inv, nodes) or unhealthy(inv)
+            if not why:
+                finish_stack(nodes)
+                log(f"lab already up and healthy: {len(hosts)} hosts "
+                    f"(checked in {time.monotonic() - start:.1f} s)")
+                return inv
+            log(f"restarting the lab: {'; '.join(why)}")
+            _down(quiet=True)
+        elif leftovers():
+            log("cleaning up what a previous lab left behind")
+            _down(quiet=True)
+        try:
+            return _boot(hosts, nodes, timeout, rootfs_mode, start)
+        except BaseException:
+            if os.environ.get("GPU_FLEET_LAB_KEEP_FAILED") != "1":
+                log("boot failed: stopping the lab (logs kept in "
+                    f"{rel(LOGS_DIR)}; GPU_FLEET_LAB_KEEP_FAILED=1 keeps the hosts)")
+                try:
+                    _down(quiet=True, keep_logs=True)
+                except Exception as e:  # noqa: BLE001 - report the boot error, not this one
+                    log(f"cleanup after the failed boot also failed: {e}")
+            raise
+
+
+def _boot(hosts: list[Host], nodes: int, timeout: float, rootfs_mode: str, start: float) -> dict:
+    base = image.ensure_base()
+    repo_dir = repo.ensure_repo()
+    t_prep = time.monotonic()
+    net.ensure_bridge()
+    if LOGS_DIR.exists():  # keep the previous boot's console log as <host>.log.1
+        for p in LOGS_DIR.glob("*.log"):
+            os.replace(p, p.with_name(p.name + ".1"))
+    mode = rootfs_mode
+    pubkeys: dict[str, str] = {}
+    lab_pub = KEY.with_suffix(".pub").read_text()
+    for h in hosts:
+        mode = rootfs.prepare(h, base, mode)
+        pubkeys[h.name] = rootfs.personalize(h, hosts, lab_pub)
+    write_known_hosts(hosts, pubkeys)
+    log(f"prepared {len(hosts)} root filesystems ({mode}) in {time.monotonic() - t_prep:.1f} s; booting")
+
+    inv = {
+        "version": INVENTORY_VERSION, "state": "booting", "nodes": nodes,
+        "image": image.image_key(), "repo": repo.repo_key(), "rootfs_mode": mode,
+        "bridge": BRIDGE, "identity_file": rel(KEY), "known_hosts_file": rel(KNOWN_HOSTS),
+        "hosts": [],
+    }
+    pids: dict[str, int] = {}
+    t_boot = time.monotonic()
+    for h in hosts:
+        pids[h.name] = nspawn.launch(h, repo_dir)
+        inv["hosts"] = stackfile.inventory_hosts(hosts, pids)
+        stackfile.write_inventory(inv)
+    with ThreadPoolExecutor(max_workers=len(hosts)) as ex:
+        ready = list(ex.map(lambda h: wait_for_ssh(h, pids[h.name], t_boot, timeout), hosts))
+    inv["state"] = "up"
+    stackfile.write_inventory(inv)
+    finish_stack(nodes)
+    times = ", ".join(f"{h.name} {t:.1f}s" for h, t in zip(hosts, ready))
+    log(f"lab up: {len(hosts)} hosts booted to sshd in {max(ready):.1f} s ({times}); "
+        f"total {time.monotonic() - start:.1f} s")
+    for h in hosts:
+        log(f"  {h.name:8} {h.address:14} pid {pids[h.name]:<7} {','.join(h.roles)}")
+    return inv
+
+
+def wait_for_ssh(h: Host, pid: int, t0: float, timeout: float) -> float:
+    logfile = nspawn.log_path(h.name)
+    while True:
+        if ssh_ok(h.address, connect_timeout=2):
+            return time.monotonic() - t0
+        if not nspawn.alive(pid):
+            raise LabError(f"host {h.name} ({h.address}): systemd-nspawn exited during boot; "
+                           f"see {rel(logfile)} (last line: {last_line(logfile)!r})")
+        if time.monotonic() - t0 > timeout:
+            raise LabError(f"host {h.name} ({h.address}): sshd not reachable after {timeout:g} s; "
+                           f"see {rel(logfile)} (last line: {last_line(logfile)!r})")
+        time.sleep(0.25)
+
+
+def write_known_hosts(hosts: list[Host], pubkeys: dict[str, str]) -> None:
+    lines = []
+    for h in hosts:
+        keytype, keydata = pubkeys[h.name].split()[:2]
+        lines.append(f"{h.name},{h.address} {keytype} {keydata}")
+    tmp = KNOWN_HOSTS.with_name(KNOWN_HOSTS.name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    os.replace(tmp, KNOWN_HOSTS)
+
+
+def finish_stack(nodes: int) -> None:
+    if stackfile.write_stack(nodes):
+        log(f"wrote {rel(STACK_FILE)}")
+    stackfile.validate_stack()
+
+
+# --- down ---------------------------------------------------------------------------
+
+def down() -> None:
+    require_root()
+    with flock(STATE / ".lock", "lab"):
+        _down(quiet=False)
+
+
+def _down(quiet: bool, keep_logs: bool = True) -> None:
+    start = time.monotonic()
+    inv = stackfile.read_inventory() or {}
+    recorded = {int(h["pid"]) for h in inv.get("hosts", []) if h.get("pid")}
+    names = {h["name"] for h in inv.get("hosts", []) if h.get("name")}
+    if HOSTS_DIR.exists():
+        names |= {p.name for p in HOSTS_DIR.iterdir() if p.is_dir()}
+    had_any = leftovers()
+    nspawn.stop_all(recorded)
+    if HOSTS_DIR.exists():
+        remove_tree(HOSTS_DIR)
+    for n in names:  # nspawn's per-machine propagation dir, left behind by a killed nspawn
+        prop = Path("/run/systemd/nspawn/propagate") / n
+        if prop.is_dir():
+            remove_tree(prop)
+    net.delete_bridge()
+    for p in (INVENTORY, KNOWN_HOSTS):
+        if p.exists():
+            p.unlink()
+    if not keep_logs and LOGS_DIR.exists():
+        remove_tree(LOGS_DIR)
+    if not quiet:
+        if had_any:
+            log(f"lab down ({time.monotonic() - start:.1f} s); the cached image and repository stay")
+        else:
+            log("lab already down")
+
+
+# --- status ----------------------------------------------------------------------------
+
+def status() -> int:
+    inv = stackfile.read_inventory()
+    if inv is None:
+        extra = " (but leftovers exist: run `python -m lab down`)" if os.geteuid() == 0 and leftovers() else ""
+        print(f"lab is down{extra}")
+        return 1
+    hosts = inv.get("hosts", [])
+    with ThreadPoolExecutor(max_workers=max(1, len(hosts))) as ex:
+        results = list(ex.map(host_health, hosts))
+    ok = inv.get("state") == "up"
+    print(f"lab {inv.get('state')}: {len(hosts)} hosts, rootfs {inv.get('rootfs_mode')}, "
+          f"bridge {BRIDGE} {'up' if net.bridge_exists() else 'MISSING'}")
+    for h, (pid_ok, ssh_up) in zip(hosts, results):
+        ok = ok and pid_ok and ssh_up
+        print(f"{h['name']:8} {h['address']:14} pid {str(h.get('pid')):<7} "
+              f"{'alive' if pid_ok else 'DEAD '}  ssh {'ok' if ssh_up else 'UNREACHABLE'}")
+    return 0 if ok else 1

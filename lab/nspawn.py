@@ -1,0 +1,218 @@
+"""Booting and stopping the hosts: cgroups, systemd-nspawn, and finding our processes.
+
+As measured on this kind of machine (PID 1 is not systemd, cgroup v1 hybrid;
+see DESIGN.md "The lab"): before systemd-nspawn starts, its process moves into
+its own cgroup in every mounted hierarchy, `<mount>/gpu-fleet-lab/<host>` (v1
+controllers with cpuset.cpus/mems set on the parents first, name=systemd, and
+the cgroup2 `unified` one); it boots with SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1
+and `--boot --register=no --keep-unit`. Nothing is bound onto the host's
+/dev/console or /dev/null: stdin is /dev/null opened for reading, output goes
+to the host's log file.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from .common import HOSTS_DIR, LOGS_DIR, LabError
+from .hosts import BRIDGE, CGROUP_PARENT, Host
+from .repo import MOUNT_POINT
+from .rootfs import rootfs_dir
+
+NSPAWN = "systemd-nspawn"
+
+
+# --- cgroups -------------------------------------------------------------------
+
+def hierarchies() -> list[Path]:
+    """Mount points of every cgroup hierarchy (v1 controllers, name=systemd, cgroup2)."""
+    seen: dict[str, Path] = {}
+    with open("/proc/self/mounts") as f:
+        for line in f:
+            _src, mp, fstype, *_ = line.split()
+            if fstype in ("cgroup", "cgroup2") and mp not in seen:
+                seen[mp] = Path(mp)
+    return list(seen.values())
+
+
+def _copy_if_empty(src: Path, dst: Path) -> None:
+    if dst.exists() and not dst.read_text().strip():
+        dst.write_text(src.read_text().strip() + "\n")
+
+
+def cgroup_procs_files(name: str) -> list[Path]:
+    """Create the host's cgroup in every hierarchy; return the cgroup.procs files to join."""
+    files = []
+    for h in hierarchies():
+        parent = h / CGROUP_PARENT
+        leaf = parent / name
+        leaf.mkdir(parents=True, exist_ok=True)
+        if (h / "cpuset.cpus").exists() and not (h / "cgroup.controllers").exists():
+            for f in ("cpuset.cpus", "cpuset.mems"):
+                _copy_if_empty(h / f, parent / f)
+                _copy_if_empty(parent / f, leaf / f)
+        files.append(leaf / "cgroup.procs")
+    return files
+
+
+def cgroup_pids() -> set[int]:
+    """Every process in any lab cgroup (all hosts, all hierarchies)."""
+    pids: set[int] = set()
+    for h in hierarchies():
+        top = h / CGROUP_PARENT
+        if not top.is_dir():
+            continue
+        for dirpath, _dirs, files in os.walk(top):
+            if "cgroup.procs" in files:
+                try:
+                    pids.update(int(x) for x in open(os.path.join(dirpath, "cgroup.procs")).read().split())
+                except OSError:
+                    pass
+    return pids
+
+
+def remove_cgroups() -> list[str]:
+    """rmdir every lab cgroup, deepest first; return the ones that would not go."""
+    left = []
+    for h in hierarchies():
+        top = h / CGROUP_PARENT
+        if not top.is_dir():
+            continue
+        for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda w: -len(w[0])):
+            try:
+                os.rmdir(dirpath)
+            except OSError:
+                left.append(dirpath)
+    return left
+
+
+# --- processes -------------------------------------------------------------------
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+
+
+def alive(pid: int) -> bool:
+    """Running and not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _references_lab(args: list[str]) -> bool:
+    marker = f"--directory={HOSTS_DIR}/"
+    return any(marker in a for a in args)
+
+
+def is_lab_nspawn(pid: int) -> bool:
+    """The process (or the shell about to exec it) boots one of this lab's rootfs dirs."""
+    return alive(pid) and _references_lab(_cmdline(pid))
+
+
+def lab_nspawn_pids() -> set[int]:
+    out = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            pid = int(entry)
+            if pid != os.getpid() and is_lab_nspawn(pid):
+                out.add(pid)
+    return out
+
+
+# --- boot --------------------------------------------------------------------------
+
+def nspawn_argv(host: Host, repo: Path) -> list[str]:
+    return [
+        NSPAWN,
+        "--boot",
+        "--register=no",
+        "--keep-unit",
+        f"--machine={host.name}",
+        f"--directory={rootfs_dir(host.name)}",
+        f"--network-bridge={BRIDGE}",
+        f"--bind-ro={repo}:{MOUNT_POINT}",
+        "--console=read-only",
+        "--link-journal=no",
+        "--resolv-conf=off",
+        "--timezone=off",
+    ]
+
+
+def log_path(name: str) -> Path:
+    return LOGS_DIR / f"{name}.log"
+
+
+def launch(host: Host, repo: Path) -> int:
+    """Start the host detached (own session); return the PID that becomes systemd-nspawn."""
+    procs = cgroup_procs_files(host.name)
+    # The shell joins the cgroups itself, then execs nspawn: the recorded PID is nspawn's.
+    join = "".join(f"echo $$ > {shlex.quote(str(p))} || exit 97\n" for p in procs)
+    script = join + "exec " + shlex.join(nspawn_argv(host, repo)) + "\n"
+    LOGS_DIR.mkdir(parents=True, exist_ok=True)
+    env = {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "LANG": "C.UTF-8",
+        "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1",
+    }
+    with open(log_path(host.name), "ab") as out, open(os.devnull, "rb") as devnull:
+        out.write(f"--- lab boot {time.strftime('%Y-%m-%d %H:%M:%S')}: {shlex.join(nspawn_argv(host, repo))}\n".encode())
+        out.flush()
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", script], stdin=devnull, stdout=out, stderr=subprocess.STDOUT,
+            env=env, start_new_session=True, close_fds=True, cwd="/",
+        )
+    return proc.pid
+
+
+# --- stop ----------------------------------------------------------------------------
+
+def _signal(pids: set[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def stop_all(recorded: set[int], timeout: float = 20.0) -> None:
+    """Stop every lab host: SIGTERM nspawn (a clean poweroff inside), SIGKILL after `timeout`,
+    then kill whatever is still in a lab cgroup and remove the cgroups."""
+    targets = {p for p in recorded if is_lab_nspawn(p)} | lab_nspawn_pids()
+    # nspawn turns SIGTERM into a poweroff request to the container's systemd, which a
+    # container still early in boot (no handler yet) loses: repeat it every 2 s.
+    deadline = time.monotonic() + timeout
+    next_term = 0.0
+    while time.monotonic() < deadline and any(alive(p) for p in targets):
+        if time.monotonic() >= next_term:
+            _signal({p for p in targets if alive(p)}, signal.SIGTERM)
+            next_term = time.monotonic() + 2.0
+        time.sleep(0.2)
+    _signal({p for p in targets if alive(p)}, signal.SIGKILL)
+    # A host whose nspawn died (SIGKILL, crash) keeps running in its cgroups: kill it there.
+    deadline = time.monotonic() + 15
+    while True:
+        left = {p for p in cgroup_pids() | lab_nspawn_pids() if alive(p)}
+        if not left:
+            break
+        if time.monotonic() > deadline:
+            raise LabError(f"lab processes would not die: {sorted(left)[:20]}")
+        _signal(left, signal.SIGKILL)
+        time.sleep(0.2)
+    time.sleep(0.1)
+    left_cg = remove_cgroups()
+    if left_cg:
+        time.sleep(1)
+        left_cg = remove_cgroups()
+    if left_cg:
+        raise LabError(f"could not remove lab cgroups: {', '.join(left_cg[:5])}")

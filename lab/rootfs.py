@@ -1,0 +1,103 @@
+"""Per-host root filesystems: an overlay on the shared base image (or a copy), personalized.
+
+Each host's state lives in `.state/lab/hosts/<name>/`: `upper/` and `work/` of
+its overlay (the lower layer is the cached base image, never written) and the
+merged `rootfs/` systemd-nspawn boots. Where overlay mounts fail, `rootfs/` is
+a full copy of the base instead. Before boot each host gets its own
+machine-id, hostname, /etc/hosts, static address (systemd-networkd on host0),
+ssh host key and the lab key in root's, fleetadmin's and fleetnopw's
+authorized_keys.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+from .common import HOSTS_DIR, LabError, remove_tree, run, write_file
+from .hosts import PREFIXLEN, Host, etc_hosts
+from .image import ADMIN_UID, NOPW_UID
+
+MODES = ("overlay", "copy")
+
+
+def host_dir(name: str) -> Path:
+    return HOSTS_DIR / name
+
+
+def rootfs_dir(name: str) -> Path:
+    return host_dir(name) / "rootfs"
+
+
+def mount_overlay(base: Path, hd: Path) -> None:
+    for d in ("upper", "work", "rootfs"):
+        (hd / d).mkdir(parents=True, exist_ok=True)
+    opts = f"lowerdir={base},upperdir={hd / 'upper'},workdir={hd / 'work'}"
+    run(["mount", "-t", "overlay", "overlay", "-o", opts, str(hd / "rootfs")])
+
+
+def copy_base(base: Path, hd: Path) -> None:
+    (hd / "rootfs").mkdir(parents=True, exist_ok=True)
+    run(["cp", "-a", "--reflink=auto", f"{base}/.", str(hd / "rootfs")])
+
+
+def prepare(host: Host, base: Path, mode: str) -> str:
+    """Create the host's rootfs in `mode` ('auto' tries overlay first); return the mode used."""
+    hd = host_dir(host.name)
+    remove_tree(hd)
+    hd.mkdir(parents=True)
+    if mode in ("auto", "overlay"):
+        try:
+            mount_overlay(base, hd)
+            return "overlay"
+        except LabError:
+            if mode == "overlay":
+                raise
+            remove_tree(hd)
+            hd.mkdir(parents=True)
+    copy_base(base, hd)
+    return "copy"
+
+
+def new_host_key(host: Host) -> tuple[bytes, str]:
+    """A fresh ed25519 host key (private bytes, public line) made on this machine."""
+    kd = host_dir(host.name) / "hostkey"
+    kd.mkdir(mode=0o700, exist_ok=True)
+    key = kd / "ssh_host_ed25519_key"
+    for p in (key, key.with_suffix(".pub")):
+        if p.exists():
+            p.unlink()
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{host.name}", "-f", str(key)])
+    return key.read_bytes(), key.with_suffix(".pub").read_text().strip()
+
+
+def personalize(host: Host, hosts: list[Host], lab_pubkey: str) -> str:
+    """Write the host's identity into its rootfs; return its public host key line."""
+    root = rootfs_dir(host.name)
+    write_file(root, "etc/hostname", host.name + "\n")
+    write_file(root, "etc/hosts", etc_hosts(hosts))
+    write_file(root, "etc/machine-id", uuid.uuid4().hex + "\n", 0o444)
+    write_file(root, "etc/systemd/network/10-host0.network", (
+        "# gpu-fleet lab: static address on the lab bridge\n"
+        "[Match]\nName=host0\n\n"
+        f"[Network]\nAddress={host.address}/{PREFIXLEN}\n"
+        "LinkLocalAddressing=no\nIPv6AcceptRA=no\n"
+    ))
+    priv, pub = new_host_key(host)
+    write_file(root, "etc/ssh/ssh_host_ed25519_key", priv, 0o600)
+    write_file(root, "etc/ssh/ssh_host_ed25519_key.pub", pub + "\n", 0o644)
+    auth = lab_pubkey.strip() + "\n"
+    write_file(root, "root/.ssh/authorized_keys", auth, 0o600)
+    for user, uid in (("fleetadmin", ADMIN_UID), ("fleetnopw", NOPW_UID)):
+        write_file(root, f"home/{user}/.ssh/authorized_keys", auth, 0o600, uid, uid)
+    return pub
+
+
+def is_mounted(name: str) -> bool:
+    return os.path.ismount(rootfs_dir(name))
+
+
+def remove_all_hosts() -> None:
+    if HOSTS_DIR.exists():
+        remove_tree(HOSTS_DIR)

@@ -1,0 +1,126 @@
+"""The `lab` stack file and the inventory, both written by `lab up`.
+
+`render_stack(nodes)` is deterministic: the same node count gives the same
+text, so `stacks/Pulumi.lab.yaml` can be committed. Keys written there by
+others (a `pulumi stack init` salt, secrets, extra config) are kept as they are.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import yaml
+
+from .common import INVENTORY, KEY, KNOWN_HOSTS, ROOT, STACK_FILE, LabError, rel
+from .hosts import SUBNET, Host, lab_hosts
+
+OWNED_KEYS = ("gpu-fleet:ssh", "gpu-fleet:hosts", "gpu-fleet:storage", "gpu-fleet:nodes",
+              "gpu-fleet:slurm")
+NODE_CPUS = 2
+NODE_MEMORY_MIB = 1000
+DEF_MEM_PER_CPU_MIB = 500
+GPUS = "{count: 8, type: v100, model: Tesla V100-SXM2-16GB}"
+
+
+def render_stack(nodes: int, existing: str | None = None) -> str:
+    hosts = lab_hosts(nodes)
+    by_name = {h.name: h for h in hosts}
+    node_hosts = [h for h in hosts if "node" in h.roles]
+    lines = [
+        "# The lab: local systemd-nspawn hosts on this machine (python -m lab up; see README).",
+        f"# Written by `python -m lab up` for {nodes} node(s); the same node count gives the same",
+        "# file. Fake GPU device files come with the GPU layer; owner slurm, node1 is the canary.",
+        "config:",
+        "  gpu-fleet:ssh:",
+        "    user: root",
+        f"    identity_file: {rel(KEY)}",
+        f"    known_hosts_file: {rel(KNOWN_HOSTS)}",
+        "    use_ssh_config: false",
+        "    connect_timeout_s: 10",
+        "    max_parallel: 16",
+        "  gpu-fleet:hosts:",
+        f"    storage: {{name: storage, address: {by_name['storage'].address}}}",
+        f"    controller: {{name: ctl, address: {by_name['ctl'].address}}}",
+        f"  gpu-fleet:storage: {{export_clients: {SUBNET}}}",
+        "  gpu-fleet:nodes:",
+    ]
+    for h in node_hosts:
+        canary = ", canary: true" if "canary" in h.roles else ""
+        lines.append(
+            f"    - {{name: {h.name}, address: {h.address}, owner: slurm, cpus: {NODE_CPUS}, "
+            f"real_memory_mib: {NODE_MEMORY_MIB}, gpus: {GPUS}{canary}}}"
+        )
+    lines += [
+        "  gpu-fleet:slurm:",
+        "    cluster_name: lab",
+        "    cgroup_plugin: cgroup/v1",
+        f"    def_mem_per_cpu_mib: {DEF_MEM_PER_CPU_MIB}",
+        "    partitions:",
+        f"      - {{name: lab, nodes: [{', '.join(h.name for h in node_hosts)}], default: true}}",
+    ]
+    text = "\n".join(lines) + "\n"
+    # Keep what others added: extra config keys (e.g. secrets) and top-level keys (encryptionsalt).
+    if existing:
+        try:
+            old = yaml.safe_load(existing) or {}
+        except yaml.YAMLError:
+            old = {}
+        if isinstance(old, dict):
+            extra_cfg = {k: v for k, v in (old.get("config") or {}).items() if k not in OWNED_KEYS}
+            if extra_cfg:
+                dumped = yaml.safe_dump(extra_cfg, sort_keys=True, default_flow_style=False, width=1000)
+                text += "".join(f"  {ln}\n" for ln in dumped.splitlines())
+            extra_top = {k: v for k, v in old.items() if k != "config"}
+            if extra_top:
+                text += yaml.safe_dump(extra_top, sort_keys=True, default_flow_style=False, width=1000)
+    return text
+
+
+def write_stack(nodes: int, path: Path = STACK_FILE) -> bool:
+    """Write the stack file; return True if its content changed."""
+    existing = path.read_text() if path.exists() else None
+    text = render_stack(nodes, existing)
+    if text == existing:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return True
+
+
+def validate_stack(path: Path = STACK_FILE) -> None:
+    """Check the file with the project's config model when it is importable (the .venv)."""
+    import sys
+
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    try:
+        from components.config import parse_fleet_config
+        from components.errors import ConfigError
+    except ImportError:
+        return
+    try:
+        parse_fleet_config(yaml.safe_load(path.read_text())["config"], rel(path))
+    except ConfigError as e:
+        raise LabError(f"the written stack file does not validate: {e}") from None
+
+
+def read_inventory(path: Path = INVENTORY) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_inventory(data: dict, path: Path = INVENTORY) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    os.replace(tmp, path)
+
+
+def inventory_hosts(hosts: list[Host], pids: dict[str, int]) -> list[dict]:
+    return [{**h.as_dict(), "pid": pids.get(h.name)} for h in hosts]

@@ -1,0 +1,145 @@
+"""The `lab` fixture: real local hosts (systemd-nspawn) for the tests in this directory.
+
+Session-scoped: the first test that asks for it runs `python -m lab up` (seconds
+when the lab is already up; the first time on a machine it also builds the
+cached image, about a minute and a half) and the session ends with
+`python -m lab down` (set GPU_FLEET_LAB_KEEP=1 to leave the lab up). Needs
+root; elsewhere the lab tests are skipped.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+STATE = ROOT / ".state" / "lab"
+
+
+def lab_command(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
+    """Run `python -m lab <args>` from the repo root with this interpreter."""
+    p = subprocess.run([sys.executable, "-m", "lab", *args], cwd=ROOT, capture_output=True,
+                       text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"python -m lab {' '.join(args)} exited {p.returncode}:\n"
+                             f"{p.stdout}\n{p.stderr}")
+    return p
+
+
+def require_lab_machine() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root (systemd-nspawn, mounts, cgroups, a bridge)")
+    missing = [t for t in ("systemd-nspawn", "debootstrap", "zstd", "ssh", "dpkg-scanpackages", "ip")
+               if shutil.which(t) is None]
+    if missing:
+        pytest.fail(f"lab tools missing: {', '.join(missing)}: run `make setup` (as root) first")
+
+
+@dataclass
+class Lab:
+    """The running lab: hosts (name, address, roles), the key and known_hosts to reach them."""
+
+    hosts: list[dict]
+    identity_file: Path
+    known_hosts_file: Path
+    inventory: dict = field(repr=False, default_factory=dict)
+
+    def host(self, name: str) -> dict:
+        return next(h for h in self.hosts if h["name"] == name)
+
+    def names(self, role: str | None = None) -> list[str]:
+        return [h["name"] for h in self.hosts if role is None or role in h["roles"]]
+
+    def ssh_argv(self, name: str, user: str = "root") -> list[str]:
+        return [
+            "ssh", "-F", "/dev/null", "-i", str(self.identity_file), "-o", "IdentitiesOnly=yes",
+            "-o", f"UserKnownHostsFile={self.known_hosts_file}", "-o", "GlobalKnownHostsFile=/dev/null",
+            "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+            "-o", "LogLevel=ERROR", f"{user}@{self.host(name)['address']}",
+        ]
+
+    def ssh(self, name: str, script: str, user: str = "root", check: bool = True,
+            timeout: float = 120) -> subprocess.CompletedProcess:
+        p = subprocess.run([*self.ssh_argv(name, user), "--", script], capture_output=True,
+                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        if check and p.returncode != 0:
+            raise AssertionError(f"{user}@{name}: {script!r} exited {p.returncode}:\n{p.stdout}{p.stderr}")
+        return p
+
+
+def load_lab() -> Lab:
+    inv = json.loads((STATE / "inventory.json").read_text())
+    return Lab(
+        hosts=[{"name": h["name"], "address": h["address"], "roles": h["roles"]} for h in inv["hosts"]],
+        identity_file=ROOT / inv["identity_file"],
+        known_hosts_file=ROOT / inv["known_hosts_file"],
+        inventory=inv,
+    )
+
+
+class LabUsers:
+    """Test sessions using the lab hold a shared lock on `.state/lab/.users`.
+
+    A session brings the lab down at its end only when no other session holds
+    it, and tests that take the lab down themselves first wait for the lock
+    exclusively, so two test runs in one tree do not pull hosts from under each other.
+    """
+
+    def __init__(self) -> None:
+        STATE.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(STATE / ".users", os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_SH)
+
+    def try_exclusive(self) -> bool:
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            fcntl.flock(self.fd, fcntl.LOCK_SH)  # a failed conversion may drop the lock
+            return False
+
+    def exclusive(self, timeout: float = 600) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.try_exclusive():
+            if time.monotonic() > deadline:
+                pytest.fail(f"another test session kept using the lab for {timeout:.0f} s")
+            time.sleep(1)
+
+    def shared(self) -> None:
+        fcntl.flock(self.fd, fcntl.LOCK_SH)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+@pytest.fixture(scope="session")
+def lab_session():
+    """Brings the lab down when the session ends, whichever test brought it up, unless
+    another test session still uses it (or GPU_FLEET_LAB_KEEP=1)."""
+    require_lab_machine()
+    users = LabUsers()
+    try:
+        yield users
+        if os.environ.get("GPU_FLEET_LAB_KEEP") != "1":
+            if users.try_exclusive():
+                lab_command("down", timeout=300)
+            else:
+                print("\nlab left up: another test session is using it")
+    finally:
+        users.close()
+
+
+@pytest.fixture(scope="session")
+def lab(lab_session) -> Lab:
+    """The default lab (storage, ctl, node1..node3), up and reachable over SSH."""
+    lab_command("up")
+    return load_lab()
