@@ -1,7 +1,8 @@
 """Benchmark: a no-op `pulumi up --refresh` on 1 and on 3 lab hosts.
 
 Prints wall time and SSH round trips per host (from the transport's command
-log). Each host carries one of every primitive (6 resources). The engine
+log), with and without `--skip-preview` (a plain `up --refresh` refreshes twice:
+once in its preview, once in the update). Each host carries one of every primitive (6 resources). The engine
 serves at most 4 dynamic-provider calls at once, so per-host resources run in
 waves; the figures show what that costs. Needs the lab: `python -m lab up`.
 
@@ -28,7 +29,7 @@ from tests.pulumi_cli import PulumiProject  # noqa: E402
 PROGRAM = ROOT / "tests" / "lab" / "programs" / "primitives"
 
 
-def bench(nodes: list[str], repeat: int) -> dict:
+def bench(nodes: list[str], repeat: int, skip_preview: bool) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         proj = PulumiProject.copy_of(Path(tmp), [PROGRAM / "Pulumi.yaml", PROGRAM / "__main__.py",
                                                  ROOT / "components"])
@@ -46,7 +47,8 @@ def bench(nodes: list[str], repeat: int) -> dict:
             for _ in range(repeat):
                 log.unlink(missing_ok=True)
                 start = time.monotonic()
-                proj.run("up", "--yes", "--stack", "bench", "--refresh", "--expect-no-changes")
+                proj.run("up", "--yes", "--stack", "bench", "--refresh", "--expect-no-changes",
+                         *(["--skip-preview"] if skip_preview else []))
                 times.append(time.monotonic() - start)
                 entries = command_log(log)
                 assert not [e for e in entries if e["mutating"]], "a no-op refresh sent a mutating command"
@@ -64,10 +66,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     for nodes in (["node1"], ["node1", "node2", "node3"]):
-        r = bench(nodes, args.repeat)
-        print(f"no-op up --refresh, {r['hosts']} host(s), {r['resources']} resources: "
-              f"median {r['wall_s_median']} s (runs {r['wall_s_all']}), "
-              f"SSH round trips per host {r['round_trips_per_host']}")
+        for skip in (False, True):
+            r = bench(nodes, args.repeat, skip)
+            mode = "up --refresh --skip-preview" if skip else "up --refresh"
+            print(f"no-op {mode}, {r['hosts']} host(s), {r['resources']} resources: "
+                  f"median {r['wall_s_median']} s (runs {r['wall_s_all']}), "
+                  f"SSH round trips per host {r['round_trips_per_host']}")
 
 
 if __name__ == "__main__":

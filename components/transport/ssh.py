@@ -170,6 +170,13 @@ class Connection:
     def __init__(self, target: SshTarget):
         self.t = target
         self._connected = False
+        self._lock = threading.Lock()
+
+    def _master_alive(self) -> bool:
+        """A live control master (local check, no round trip to the host)."""
+        p = subprocess.run([*ssh_argv(self.t)[:-1], "-O", "check", self.t.address],
+                           capture_output=True, timeout=10)
+        return p.returncode == 0
 
     def _check_files(self) -> None:
         t = self.t
@@ -181,8 +188,13 @@ class Connection:
         """Open the control connection once per process; read-only, so retried on transport
         errors. Later commands reopen a lapsed master by themselves (ControlMaster=auto)."""
         self._check_files()
-        if self._connected:
-            return
+        with self._lock:  # concurrent provider calls for one host open one connection
+            if self._connected or self._master_alive():
+                self._connected = True
+                return
+            self._open(retries, backoff_s)
+
+    def _open(self, retries: int, backoff_s: float) -> None:
         last: Optional[HostError] = None
         for attempt in range(retries):
             try:
