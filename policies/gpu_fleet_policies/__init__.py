@@ -1,0 +1,1 @@
+"""gpu-fleet's policy validators, importable without starting the pack (tests call them)."""

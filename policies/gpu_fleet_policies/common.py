@@ -1,0 +1,53 @@
+"""What resource validators share: pick the resource, snapshot its inputs, name it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from . import props as P
+
+
+@dataclass
+class Res:
+    """One resource as a validator sees it."""
+
+    type: str
+    name: str
+    urn: str
+    props: dict
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.props.get(key, default)
+
+    def describe(self, kind: str, what: Optional[str] = None) -> str:
+        return P.describe(kind, self.name, self.props, what)
+
+
+def resource(args, *types: str) -> Optional[Res]:
+    """The resource under validation if it has one of `types`; its inputs as a plain dict."""
+    if getattr(args, "resource_type", None) not in types:
+        return None
+    return Res(args.resource_type, getattr(args, "name", "") or "", getattr(args, "urn", "") or "",
+               P.snapshot(getattr(args, "props", None)))
+
+
+def stack_resources(args, *types: str) -> list[Res]:
+    """Resources of the stack with one of `types`, their outputs as plain dicts."""
+    out = []
+    for r in getattr(args, "resources", None) or []:
+        if getattr(r, "resource_type", None) in types:
+            out.append(Res(r.resource_type, getattr(r, "name", "") or "", getattr(r, "urn", "") or "",
+                           P.snapshot(getattr(r, "props", None))))
+    return out
+
+
+def file_content(res: Res) -> Optional[str]:
+    """A File's content as text; None when missing or unknown (nothing to check yet)."""
+    c = res.get("content")
+    if P.is_unknown(c):
+        return None
+    return P.text(c)
+
+
+Validator = Callable[[Any, Callable[[str, Optional[str]], None]], None]

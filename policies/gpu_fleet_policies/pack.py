@@ -1,0 +1,95 @@
+"""The pack's policies: names, descriptions, validators. `__main__.py` serves them.
+
+Every policy is mandatory; a stack relaxes one only with a reason (see relax.py). The
+validators live in their own modules so tests call them without starting the pack.
+"""
+
+from __future__ import annotations
+
+from pulumi_policy import (
+    EnforcementLevel, PolicyConfigSchema, ResourceValidationPolicy, Severity,
+    StackValidationPolicy,
+)
+
+from . import exposure, hosts, identities, packages, relax, secrets, slurm
+
+PACK_NAME = "gpu-fleet"
+
+# name, kind, description, validator, severity
+_SPECS = [
+    ("slurm-cgroup-confinement", "resource",
+     "cgroup.conf confines every job: ConstrainCores, ConstrainRAMSpace, ConstrainSwapSpace and "
+     "ConstrainDevices are yes and AllowedSwapSpace is 0.",
+     slurm.validate_cgroup_confinement, Severity.HIGH),
+    ("slurm-cgroup-plugins", "resource",
+     "slurm.conf tracks and binds tasks with cgroups (proctrack/cgroup, task/cgroup).",
+     slurm.validate_cgroup_plugins, Severity.HIGH),
+    ("slurm-no-root-jobs", "resource",
+     "slurm.conf sets DisableRootJobs=YES: root never runs jobs.",
+     slurm.validate_no_root_jobs, Severity.HIGH),
+    ("slurm-munge-auth", "resource",
+     "slurm.conf authenticates with MUNGE (AuthType=auth/munge).",
+     slurm.validate_munge_auth, Severity.CRITICAL),
+    ("slurm-typed-gpu-gres", "resource",
+     "GPU GRES are typed (gpu:<type>:<count> in slurm.conf, Type= in gres.conf).",
+     slurm.validate_typed_gres, Severity.MEDIUM),
+    ("slurm-gpu-accounting", "resource",
+     "With accounting on, AccountingStorageTRES counts gres/gpu and every typed GPU.",
+     slurm.validate_gpu_accounting, Severity.MEDIUM),
+    ("service-account-ids", "stack",
+     "The slurm and munge accounts have one fixed uid and gid on every host.",
+     identities.validate_service_ids, Severity.HIGH),
+    ("packages-exact-versions", "resource",
+     "Every package of a PackageSet is pinned to one exact version.",
+     packages.validate_exact_versions, Severity.HIGH),
+    ("packages-held", "resource",
+     "Every PackageSet holds its packages against upgrades.",
+     packages.validate_held, Severity.MEDIUM),
+    ("secrets-are-pulumi-secrets", "resource",
+     "The MUNGE key, database passwords and the JWT key are Pulumi secrets, never plain text.",
+     secrets.validate_content_is_secret, Severity.CRITICAL),
+    ("secret-files-private", "resource",
+     "Files that hold secrets are private to their owner (no group/other access) and marked secret.",
+     secrets.validate_private_mode, Severity.HIGH),
+    ("mariadb-loopback-only", "resource",
+     "MariaDB (the accounting database) listens on loopback only.",
+     exposure.validate_mariadb_loopback, Severity.HIGH),
+    ("slurmrestd-unix-socket-only", "resource",
+     "slurmrestd listens on a Unix socket only, never on a TCP port.",
+     exposure.validate_slurmrestd_unix_socket, Severity.HIGH),
+    ("hosts-slurm-membership", "stack",
+     "No K3s-owned (unless retired) or unreachable node is in a Slurm partition.",
+     hosts.validate_slurm_membership, Severity.HIGH),
+    (relax.REASONS_POLICY, "stack",
+     "Each policy this stack relaxes has a written reason in the policy pack config.",
+     relax.validate_reasons, Severity.HIGH),
+    (relax.REPORT_POLICY, "stack",
+     "Lists every policy this stack relaxes, with its reason (printed in every preview).",
+     relax.validate_report, Severity.LOW),
+]
+
+REASON_SCHEMA = PolicyConfigSchema(properties={
+    "reason": {"type": "string",
+               "description": "Why this stack may break the rule; required to relax the policy."},
+})
+
+VALIDATORS = {name: fn for name, _, _, fn, _ in _SPECS}
+DESCRIPTIONS = {name: desc for name, _, desc, _, _ in _SPECS}
+KINDS = {name: kind for name, kind, _, _, _ in _SPECS}
+
+
+def declared_levels() -> dict[str, str]:
+    """Policy name -> declared enforcement level (all mandatory but the relaxation report)."""
+    return {name: relax.FIXED.get(name, "mandatory") for name in VALIDATORS}
+
+
+def policies() -> list:
+    out = []
+    levels = declared_levels()
+    for name, kind, desc, fn, severity in _SPECS:
+        level = EnforcementLevel(levels[name])
+        schema = None if name in relax.FIXED else REASON_SCHEMA
+        cls = ResourceValidationPolicy if kind == "resource" else StackValidationPolicy
+        out.append(cls(name=name, description=desc, validate=fn, enforcement_level=level,
+                       config_schema=schema, severity=severity))
+    return out
