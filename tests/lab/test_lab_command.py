@@ -90,11 +90,12 @@ def exclusive(lab_session):
 
 
 def test_down_is_safe_twice(exclusive):
+    had_key = (STATE / "id_ed25519").exists()  # a fresh checkout has none until the first up
     lab_command("down")
     second = lab_command("down")
     assert "already down" in second.stdout
     assert_lab_is_down()
-    assert (STATE / "id_ed25519").exists(), "down keeps the lab key"
+    assert (STATE / "id_ed25519").exists() == had_key, "down keeps the lab key"
 
 
 def test_up_after_a_killed_up_cleans_up_and_boots(exclusive):
