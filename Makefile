@@ -11,9 +11,11 @@ setup:
 test:
 	scripts/test.sh
 
-# Select the stack, creating it (passphrase secrets provider) on first use.
+# Select the stack, creating it (passphrase secrets provider) on first use, and
+# generate its missing secrets (MUNGE key) once.
 stack:
 	@$(PULUMI) stack select --create --secrets-provider passphrase $(STACK)
+	@.venv/bin/python -m components.stack_secrets ensure $(STACK) --pulumi bin/pulumi
 
 preview: stack
 	$(PULUMI) preview --stack $(STACK) $(ARGS)

@@ -1,16 +1,25 @@
 """Pulumi program: validate the stack's config, build the Fleet, export what it promises."""
 
+from pathlib import Path
+
 import pulumi
 
-from components.config import load_stack_config
+from components.config import load_stack_config, stack_file
 from components.errors import FleetError
 from components.fleet import Fleet
+from components.stack_secrets import required_secret
 
+stack = pulumi.get_stack()
 try:
-    cfg = load_stack_config(pulumi.get_stack())
+    cfg = load_stack_config(stack)
+    munge_key = required_secret("munge_key", stack_file(stack)) if cfg.slurm.enabled else None
 except FleetError as e:
     # RunError ends the program with the message alone, before any resource exists.
     raise pulumi.RunError(str(e)) from None
 
-fleet = Fleet(pulumi.get_stack(), cfg)
+fleet = Fleet(stack, cfg, Path(__file__).resolve().parent, munge_key)
 pulumi.export("summary", fleet.summary)
+if fleet.slurm is not None and fleet.slurm.canary is not None:
+    c = fleet.slurm.canary
+    pulumi.export("canary", {"passed": c.passed, "jobId": c.job_id,
+                             "cudaVisibleDevices": c.cuda_visible_devices, "cgroup": c.cgroup})

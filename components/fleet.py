@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional
+
 import pulumi
 
 from .config import FleetConfig
 from .inventory import Inventory, fleet_summary
+from .slurm_cluster import SlurmCluster
 
 
 class Fleet(pulumi.ComponentResource):
     """Brings the configured fleet up layer by layer; `pulumi destroy` unwinds it in reverse."""
 
-    def __init__(self, name: str, cfg: FleetConfig, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, cfg: FleetConfig, root: Optional[Path] = None,
+                 munge_key: Optional[pulumi.Output[str]] = None,
+                 opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-fleet:index:Fleet", name, None, opts)
         self.cfg = cfg
         self.inventory = Inventory(cfg, pulumi.ResourceOptions(parent=self))
         self.summary = fleet_summary(cfg)
+        self.slurm = None
+        if cfg.slurm.enabled and munge_key is not None:
+            self.slurm = SlurmCluster(cfg, self.inventory, munge_key, root or Path.cwd(),
+                                      pulumi.ResourceOptions(parent=self))
         self.register_outputs({"summary": self.summary})

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from .config import FleetConfig, NodeSpec
 
+ACCEPTANCE_PARTITION = "gpu-fleet-acceptance"
 HEADER = "# Managed by gpu-fleet: changes made here are overwritten on the next `pulumi up`.\n"
 
 
@@ -87,6 +88,13 @@ def render_slurm_conf(cfg: FleetConfig, accounting_host: str | None = None) -> s
             f"PartitionName={p.name} Nodes={_compress(p.nodes)} Default={'YES' if p.default else 'NO'}"
             f" MaxTime={p.max_time} State=UP"
         )
+    if cfg.acceptance.enabled and cfg.slurm_nodes():
+        # Where the acceptance job runs: open only to the canary user, so it can prove a node
+        # while the production partitions are INACTIVE after a failed rollout.
+        lines.append(
+            f"PartitionName={ACCEPTANCE_PARTITION} Nodes={_compress([n.name for n in cfg.slurm_nodes()])}"
+            f" Default=NO Hidden=YES AllowGroups={s.canary_user} MaxTime=10 State=UP"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -111,13 +119,12 @@ def render_cgroup_conf(cfg: FleetConfig) -> str:
     lines = [HEADER, f"CgroupPlugin={plugin}"]
     if plugin == "cgroup/v1":
         lines.append("CgroupAutomount=yes")
-    lines += [
-        "ConstrainCores=yes",
-        "ConstrainRAMSpace=yes",
-        "ConstrainSwapSpace=yes",
-        "AllowedSwapSpace=0",
-        "ConstrainDevices=yes",
-    ]
+    lines += ["ConstrainCores=yes", "ConstrainRAMSpace=yes"]
+    if cfg.slurm.constrain_swap:
+        lines += ["ConstrainSwapSpace=yes", "AllowedSwapSpace=0"]
+    else:
+        lines += [f"# Swap not confined: {cfg.slurm.constrain_swap_reason}", "ConstrainSwapSpace=no"]
+    lines += ["ConstrainDevices=yes"]
     return "\n".join(lines) + "\n"
 
 

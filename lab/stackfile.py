@@ -24,6 +24,27 @@ DEF_MEM_PER_CPU_MIB = 500
 GPUS = "{count: 8, type: v100, model: Tesla V100-SXM2-16GB}"
 
 
+#: used until the lab repository is built (a fresh machine previews before `lab up`)
+DEFAULT_VERSIONS = {"slurmd": "22.05.8-4+deb12u3", "munge": "0.5.15-2+deb12u1",
+                    "libpmix2": "4.2.2-1+deb12u1"}
+
+
+def release_versions() -> dict[str, str]:
+    """Exact versions of the Slurm release's packages in the lab repository."""
+    from .repo import cache_dir, read_packages, repo_key
+
+    packages_gz = cache_dir() / f"repo-{repo_key(read_packages())}" / "Packages"
+    found = dict(DEFAULT_VERSIONS)
+    if packages_gz.exists():
+        name = None
+        for line in packages_gz.read_text().splitlines():
+            if line.startswith("Package: "):
+                name = line.split(": ", 1)[1].strip()
+            elif line.startswith("Version: ") and name in found:
+                found[name] = line.split(": ", 1)[1].strip()
+    return found
+
+
 def render_stack(nodes: int, existing: str | None = None) -> str:
     hosts = lab_hosts(nodes)
     by_name = {h.name: h for h in hosts}
@@ -31,7 +52,7 @@ def render_stack(nodes: int, existing: str | None = None) -> str:
     lines = [
         "# The lab: local systemd-nspawn hosts on this machine (python -m lab up; see README).",
         f"# Written by `python -m lab up` for {nodes} node(s); the same node count gives the same",
-        "# file. Fake GPU device files come with the GPU layer; owner slurm, node1 is the canary.",
+        "# file. GPUs are device files (a test double); owner slurm, node1 is the canary.",
         "config:",
         "  gpu-fleet:ssh:",
         "    user: root",
@@ -52,10 +73,20 @@ def render_stack(nodes: int, existing: str | None = None) -> str:
             f"    - {{name: {h.name}, address: {h.address}, owner: slurm, cpus: {NODE_CPUS}, "
             f"real_memory_mib: {NODE_MEMORY_MIB}, gpus: {GPUS}{canary}}}"
         )
+    v = release_versions()
     lines += [
         "  gpu-fleet:slurm:",
         "    cluster_name: lab",
+        "    # The lab's Slurm release is Debian's 22.05 (versions as served by the lab repository).",
+        f"    release: {{version: '22.05', debian_version: '{v['slurmd']}', "
+        f"munge_version: '{v['munge']}', pmix_version: '{v['libpmix2']}'}}",
+        "    # Where the containers differ from a real node (DESIGN.md, The lab):",
         "    cgroup_plugin: cgroup/v1",
+        "    constrain_swap: false",
+        "    constrain_swap_reason: the lab kernel has no swap accounting in the memory cgroup",
+        "    fake_gpu_devices: true",
+        "    gpu_device_prefix: /dev/fakegpu",
+        "    gres_autodetect: 'off'",
         f"    def_mem_per_cpu_mib: {DEF_MEM_PER_CPU_MIB}",
         "    partitions:",
         f"      - {{name: lab, nodes: [{', '.join(h.name for h in node_hosts)}], default: true}}",

@@ -34,7 +34,18 @@ class PulumiProject:
 
     @classmethod
     def copy_of_repo(cls, tmp: Path) -> "PulumiProject":
-        return cls.copy_of(tmp, [ROOT / n for n in PROJECT_FILES])
+        proj = cls.copy_of(tmp, [ROOT / n for n in PROJECT_FILES])
+        # The lab stack names its key and known_hosts relative to the project root.
+        (proj.dir / ".state").mkdir()
+        (proj.dir / ".state" / "lab").symlink_to(ROOT / ".state" / "lab")
+        return proj
+
+    def ensure_secrets(self, stack: str) -> None:
+        """What `make stack` does after init: generate the stack's secrets (MUNGE key)."""
+        import sys
+        subprocess.run([sys.executable, "-m", "components.stack_secrets", "ensure", stack,
+                        "--cwd", str(self.dir)], env=self.env, cwd=ROOT, check=True,
+                       capture_output=True, text=True, timeout=120)
 
     @classmethod
     def copy_of(cls, tmp: Path, sources: list[Path]) -> "PulumiProject":
@@ -78,8 +89,10 @@ class PulumiProject:
             )
         return p
 
-    def init_stack(self, stack: str) -> None:
+    def init_stack(self, stack: str, secrets: bool = True) -> None:
         self.run("stack", "init", stack, "--secrets-provider", "passphrase")
+        if secrets and (self.dir / "components" / "stack_secrets.py").exists():
+            self.ensure_secrets(stack)
 
     def preview_json(self, stack: str) -> dict:
         return json.loads(self.run("preview", "--stack", stack, "--json").stdout)

@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import pulumi
-from pulumi.dynamic import Resource
+from pulumi.dynamic import CreateResult, DiffResult, Resource, UpdateResult
 
 from ..transport.command import Piece, sh
-from .base import HostPrimitive, Observed, Props, Step
+from .base import HostPrimitive, Observed, Props, Step, _entry
 from .file import sha256_text, write_step
 
 UNIT_DIR = "/etc/systemd/system"
@@ -127,6 +127,35 @@ class SystemdUnitProvider(HostPrimitive):
                                   f"{k}={have} (want {w})" for k, (have, w) in bad.items())))
         return steps
 
+    @_entry
+    def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
+        base = super().diff.__wrapped__(self, _id, olds, news)
+        if (olds.get("triggers") or {}) != (news.get("triggers") or {}):
+            return DiffResult(changes=True, replaces=base.replaces, stables=[],
+                              delete_before_replace=True)
+        return base
+
+    @_entry
+    def create(self, props: Props) -> CreateResult:
+        """Apply; a unit with restart triggers is restarted once, since what the running
+        daemon loaded before (another key, another config) is unknown."""
+        res = super().create.__wrapped__(self, props)
+        if props.get("triggers") and props.get("active", True):
+            conn = self._conn(props)
+            conn.run(["systemctl", "restart", props["name"]], mutating=True)
+            res = CreateResult(id_=res.id, outs={**res.outs, **self.state(props, self.probe(conn, props))})
+        return res
+
+    @_entry
+    def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
+        """Apply, then restart a running unit whose restart triggers (e.g. a key's hash) changed."""
+        outs = super().update.__wrapped__(self, _id, olds, news).outs
+        if (olds.get("triggers") or {}) != (news.get("triggers") or {}) and news.get("active", True):
+            conn = self._conn(news)
+            conn.run(["systemctl", "restart", news["name"]], mutating=True)
+            outs = {**outs, **self.state(news, self.probe(conn, news))}
+        return UpdateResult(outs=outs)
+
     def plan_delete(self, props: Props, obs: Observed) -> list[Step]:
         name = props["name"]
         steps: list[Step] = []
@@ -148,7 +177,10 @@ class SystemdUnitProvider(HostPrimitive):
 
 
 class SystemdUnit(Resource, module="host", name="SystemdUnit"):
-    """A systemd unit on one host: files, enablement, activity and live properties."""
+    """A systemd unit on one host: files, enablement, activity and live properties.
+
+    `triggers`: values (such as hashes of files the daemon reads) whose change restarts
+    the running unit."""
 
     live: pulumi.Output[dict]
     active: pulumi.Output[bool]
@@ -156,11 +188,13 @@ class SystemdUnit(Resource, module="host", name="SystemdUnit"):
     def __init__(self, name: str, *, conn: dict, unit: str, content: Optional[str] = None,
                  dropins: Optional[dict[str, str]] = None, enabled: bool = True, active: bool = True,
                  properties: Optional[dict[str, str]] = None,
+                 triggers: Optional[pulumi.Input[dict]] = None,
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__(
             SystemdUnitProvider(), name,
             {"conn": conn, "name": unit, "content": content, "dropins": dropins or {},
              "enabled": enabled, "active": active, "properties": properties or {},
+             "triggers": triggers or {},
              "files": None, "live": None},
             opts,
         )

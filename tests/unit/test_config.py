@@ -145,10 +145,16 @@ def test_retiring_a_node_not_owned_by_k3s(full_config):
 
 
 def test_same_uid_for_slurm_and_munge(full_config):
-    full_config["gpu-fleet:slurm"]["munge_uid"] = 64030
+    full_config["gpu-fleet:slurm"]["slurm_uid"] = 440
     assert problems_of(full_config) == [
-        "gpu-fleet:slurm.munge_uid: must differ from slurm_uid (64030)"
+        "gpu-fleet:slurm.munge_uid: must differ from slurm_uid (440)"
     ]
+
+
+def test_munge_ids_must_be_system_ids(full_config):
+    full_config["gpu-fleet:slurm"]["munge_uid"] = 64031
+    [p] = problems_of(full_config)
+    assert p.startswith("gpu-fleet:slurm.munge_uid: 64031 is not a system id (100-999)")
 
 
 def test_controller_half_matching_storage(full_config):

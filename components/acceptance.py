@@ -1,0 +1,185 @@
+"""Canary acceptance: the seed's single-GPU job, run on every rollout of the Slurm layer.
+
+The job runs as an unprivileged user (DisableRootJobs=YES) through `srun` on
+the controller, always under a timeout (a drained cluster blocks forever).
+What it proves is read from the job itself, not from configuration:
+CUDA_VISIBLE_DEVICES is exactly one index in range (counted by fields), the
+job's cgroup path contains its job id, the model marker is readable (when one
+is configured), the job root is writable and the probe file is cleaned up, the
+exit code is 0, and the node's GPUs are all free again afterwards.
+
+Fail closed: if any check fails, every partition is set INACTIVE before the
+deployment fails, so the cluster never half-serves; a passing run sets them UP.
+`triggers` (hashes of everything the layer applied) make it run again whenever
+the layer changes; with nothing changed it does not run at all.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+import pulumi
+from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, UpdateResult
+
+from .errors import FleetError
+from .providers.base import HostPrimitive, Props, _entry, target_of
+from .slurm_render import count_visible_gpus
+from .transport import connection
+from .transport.command import sh
+
+_NODES_READY = r"""
+# $1: seconds to wait, then the expected nodes. Prints "node state" lines once all
+# are idle/mixed/allocated, or the last view (and reasons) on timeout.
+deadline=$(( $(date +%s) + $1 )); shift
+while :; do
+  view=$(sinfo -h -N -o '%N %T' "--nodes=$(echo "$@" | tr ' ' ',')" 2>&1)
+  bad=$(echo "$view" | awk '$2 !~ /^(idle|mixed|allocated)$/')
+  if [ -n "$view" ] && [ -z "$bad" ]; then echo "$view"; exit 0; fi
+  if [ "$(date +%s)" -ge "$deadline" ]; then
+    echo "$view"; echo "== reasons"; sinfo -h -R -o '%N %T %E' 2>&1; exit 3
+  fi
+  sleep 2
+done
+"""
+
+_JOB = r"""
+echo "job=$SLURM_JOB_ID"
+echo "node=$(hostname)"
+echo "cvd=$CUDA_VISIBLE_DEVICES"
+echo "cgroup=$(grep -E ':(devices|memory):' /proc/self/cgroup | head -n1 | cut -d: -f3)"
+if [ -n "$1" ]; then if [ -r "$1" ]; then echo "marker=ok"; else echo "marker=unreadable"; fi
+else echo "marker=none"; fi
+d="$2/gpu-fleet-canary-$SLURM_JOB_ID"
+if mkdir -p "$d" && echo probe > "$d/probe" && rm -rf "$d" && [ ! -e "$d" ]; then echo "jobroot=ok"
+else echo "jobroot=failed"; fi
+"""
+
+
+def parse_job(stdout: str) -> dict[str, str]:
+    out = {}
+    for line in stdout.splitlines():
+        k, sep, v = line.partition("=")
+        if sep and k in ("job", "node", "cvd", "cgroup", "marker", "jobroot", "rc"):
+            out[k] = v.strip()
+    return out
+
+
+def parse_gres_used(scontrol_node: str) -> Optional[int]:
+    """GPUs in use on a node from `scontrol show node -o` (GresUsed=gpu:v100:0(IDX:N/A))."""
+    m = re.search(r"GresUsed=\S*?gpu(?::[A-Za-z0-9_]+)?:(\d+)", scontrol_node)
+    return int(m.group(1)) if m else None
+
+
+def judge(job: dict[str, str], rc: int, gpus_on_node: int, gres_used_after: Optional[int],
+          marker_expected: bool) -> list[str]:
+    """Every failed check, as a sentence naming what was seen (pure)."""
+    fails = []
+    if rc != 0:
+        fails.append(f"the canary job exited {rc}")
+    cvd = job.get("cvd", "")
+    if count_visible_gpus(cvd) != 1:
+        fails.append(f"CUDA_VISIBLE_DEVICES={cvd!r} is not exactly one GPU")
+    elif not cvd.strip().isdigit() or not 0 <= int(cvd) < gpus_on_node:
+        fails.append(f"CUDA_VISIBLE_DEVICES={cvd!r} is not an index in 0..{gpus_on_node - 1}")
+    job_id = job.get("job", "")
+    if not job_id or f"job_{job_id}" not in job.get("cgroup", ""):
+        fails.append(f"the job's cgroup {job.get('cgroup')!r} does not contain job_{job_id}")
+    if marker_expected and job.get("marker") != "ok":
+        fails.append(f"the model marker is {job.get('marker', 'not checked')}")
+    if job.get("jobroot") != "ok":
+        fails.append("the job root is not writable or the probe file was not cleaned up")
+    if gres_used_after is None:
+        fails.append("the node's GPU use after the job could not be read (scontrol show node)")
+    elif gres_used_after != 0:
+        fails.append(f"the node still has {gres_used_after} GPU(s) allocated after the job")
+    return fails
+
+
+class CanaryJobProvider(HostPrimitive):
+    """Runs the acceptance on create/update only (a job is an action, not a probe)."""
+
+    def key(self, props: Props) -> str:
+        return f"canary:{props['node']}"
+
+    def _partitions(self, conn, props: Props, state: str) -> None:
+        for p in props["partitions"]:
+            conn.run(["scontrol", "update", f"PartitionName={p}", f"State={state}"], mutating=True)
+
+    def run(self, props: Props) -> dict[str, Any]:
+        conn = connection(target_of(props))
+        conn.connect()
+        timeout = int(props["timeout_s"])
+        ready = conn.run(sh(_NODES_READY, str(timeout), *props["nodes"]), mutating=False, check=False,
+                         timeout=timeout + 30)
+        if ready.rc != 0:
+            self._partitions(conn, props, "INACTIVE")
+            raise FleetError(
+                f"host {conn.t.name}: Slurm nodes are not all idle after {timeout} s; partitions "
+                f"{', '.join(props['partitions'])} set INACTIVE:\n  " + ready.stdout.strip().replace("\n", "\n  "))
+        job_argv = ["timeout", str(timeout), "runuser", "-u", props["user"], "--",
+                    "srun", f"--partition={props['partition']}", "-N1", "-n1",
+                    f"--nodelist={props['node']}", f"--gres=gpu:{props['gpu_type']}:1",
+                    "--mem=100", "--time=2", "--job-name=gpu-fleet-canary",
+                    *sh(_JOB, props.get("marker") or "", props["job_root"])]
+        res = conn.run(["sh", "-c", 'cd /tmp && "$@"; echo "rc=$?"', "sh", *job_argv],
+                       mutating=True, check=False, timeout=timeout + 30)
+        job = parse_job(res.stdout)
+        rc = int(job.get("rc", "255"))
+        node = conn.run(["scontrol", "-d", "show", "node", "-o", props["node"]], mutating=False, check=False)
+        fails = judge(job, rc, int(props["gpus"]), parse_gres_used(node.stdout), bool(props.get("marker")))
+        if fails:
+            self._partitions(conn, props, "INACTIVE")
+            raise FleetError(
+                f"canary acceptance on {props['node']} failed; partitions {', '.join(props['partitions'])} "
+                "set INACTIVE:\n  - " + "\n  - ".join(fails) + "\n  job output:\n    "
+                + (res.stdout + res.stderr).strip().replace("\n", "\n    "))
+        self._partitions(conn, props, "UP")
+        return {"passed": True, "job_id": job.get("job"), "cuda_visible_devices": job.get("cvd"),
+                "cgroup": job.get("cgroup"), "marker_check": job.get("marker"),
+                "nodes_ready": ready.stdout.strip().splitlines()}
+
+    @_entry
+    def create(self, props: Props) -> CreateResult:
+        return CreateResult(id_=f"{target_of(props).name}:{self.key(props)}", outs={**props, **self.run(props)})
+
+    @_entry
+    def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
+        return UpdateResult(outs={**news, **self.run(news)})
+
+    @_entry
+    def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
+        keys = ("triggers", "node", "user", "marker", "job_root", "partitions", "partition", "nodes",
+                "gpu_type")
+        changed = [k for k in keys if olds.get(k) != news.get(k)]
+        return DiffResult(changes=bool(changed), replaces=[], stables=[], delete_before_replace=False)
+
+    def read(self, id_: str, props: Props) -> ReadResult:
+        return ReadResult(id_=id_, outs=props)
+
+    def delete(self, _id: str, props: Props) -> None:
+        return None
+
+
+class CanaryJob(Resource, module="slurm", name="CanaryJob"):
+    """The acceptance job; fails the deployment and sets partitions INACTIVE on any failed check."""
+
+    passed: pulumi.Output[bool]
+    job_id: pulumi.Output[str]
+    cuda_visible_devices: pulumi.Output[str]
+    cgroup: pulumi.Output[str]
+
+    def __init__(self, name: str, *, conn: dict, node: str, gpus: int, gpu_type: str, user: str,
+                 nodes: list[str], partitions: list[str], partition: str, job_root: str,
+                 triggers: pulumi.Input[dict],
+                 marker: Optional[str] = None, timeout_s: int = 120,
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__(
+            CanaryJobProvider(), name,
+            {"conn": conn, "node": node, "gpus": gpus, "gpu_type": gpu_type, "user": user,
+             "nodes": nodes, "partitions": partitions, "partition": partition, "job_root": job_root,
+             "marker": marker,
+             "timeout_s": timeout_s, "triggers": triggers, "passed": None, "job_id": None,
+             "cuda_visible_devices": None, "cgroup": None, "nodes_ready": None},
+            opts,
+        )

@@ -1,0 +1,437 @@
+"""The GPU baseline verdict: every node's probe document against the stack's expectations.
+
+Pure: no host is contacted here. `components/gpu/probe.py` produces one JSON
+document per node; `judge_stack` (or `judge_fleet` with explicit
+expectations) returns a `FleetVerdict` with one `NodeVerdict` per GPU node:
+
+- `ok`: the node matches the baseline and may join Slurm;
+- `failed`: the node is kept out; `reasons` says exactly why, each reason
+  naming the node and the values ("node gpu03 reports 7 GPUs, the stack
+  declares 8");
+- `pending`: an `unreachable` node: not probed, never joined from stale
+  inventory, whatever probe text is lying around for it.
+
+Fail closed: a missing, unreadable or partial probe document, an NVML error
+code, or any text NVML printed (stdout or stderr) fails the node. Fleet-wide
+checks (a GPU UUID on two nodes, drivers that differ between nodes) add
+`problems` and fail every node involved. GPU counts come from the NVML count
+field and the device records, never from splitting text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Optional, Union
+
+from ..config import FleetConfig, GpuRuntimeLayer, NodeSpec
+
+PROBE_SCHEMA = "gpu-fleet/gpu-probe/1"
+Status = str  # "ok" | "failed" | "pending"
+ProbeDoc = Union[None, str, bytes, Mapping[str, Any]]
+
+_TEXT_IN_REASON = 300  # characters of captured NVML text quoted in a reason
+
+
+@dataclass(frozen=True)
+class GpuExpectation:
+    """What one node must show: from its `NodeSpec.gpus` and the stack's `gpu_runtime`."""
+
+    node: str
+    gpu_count: int
+    gpu_model: str
+    driver_version: str
+    cuda_runtime: str
+    #: cgroup v2 controllers that must be enabled (the seed: cpuset cpu memory io pids);
+    #: empty: reported, not gated (the lab's hosts are cgroup v1 hybrids)
+    required_cgroup_controllers: tuple[str, ...] = ()
+    #: True: a clock that is not NTP-synchronized (or unknown) fails the node
+    require_ntp: bool = False
+
+    @classmethod
+    def for_node(cls, node: NodeSpec, runtime: GpuRuntimeLayer, *,
+                 required_cgroup_controllers: Iterable[str] = (),
+                 require_ntp: bool = False) -> "GpuExpectation":
+        if node.gpus is None:
+            raise ValueError(f"node {node.name} declares no GPUs")
+        return cls(node=node.name, gpu_count=node.gpus.count, gpu_model=node.gpus.model,
+                   driver_version=runtime.driver_version, cuda_runtime=runtime.cuda_runtime,
+                   required_cgroup_controllers=tuple(required_cgroup_controllers),
+                   require_ntp=require_ntp)
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    node: str
+    status: Status
+    reasons: tuple[str, ...] = ()
+    gpu_count: Optional[int] = None
+    uuids: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    driver_version: Optional[str] = None
+    nvml_version: Optional[str] = None
+    kernel_module_version: Optional[str] = None
+    cuda_driver_version: Optional[int] = None
+    #: per device "major.minor" (V100: "7.0")
+    compute_capability: tuple[str, ...] = ()
+    #: every GPU supports BF16 (compute capability >= 8.0); SM70 (V100) -> False; None: unknown
+    bf16: Optional[bool] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def output(self) -> dict[str, Any]:
+        """The per-node stack output: count, UUIDs, driver, verdict and its reasons."""
+        return {
+            "verdict": self.status,
+            "reasons": list(self.reasons),
+            "gpu_count": self.gpu_count,
+            "uuids": list(self.uuids),
+            "models": sorted(set(self.models)),
+            "driver_version": self.driver_version,
+            "nvml_version": self.nvml_version,
+            "kernel_module_version": self.kernel_module_version,
+            "cuda_driver_version": self.cuda_driver_version,
+            "compute_capability": sorted(set(self.compute_capability)),
+            "bf16": self.bf16,
+        }
+
+
+@dataclass(frozen=True)
+class FleetVerdict:
+    nodes: dict[str, NodeVerdict]
+    #: fleet-wide findings (duplicate UUIDs, drivers that differ between nodes)
+    problems: tuple[str, ...] = ()
+    #: probe documents for names the stack does not declare as GPU nodes (not judged)
+    ignored: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        """No failed node and no fleet problem (pending nodes stay out by design)."""
+        return not self.problems and all(v.status != "failed" for v in self.nodes.values())
+
+    def names(self, status: Status) -> list[str]:
+        return [n for n, v in self.nodes.items() if v.status == status]
+
+    @property
+    def passed(self) -> list[str]:
+        return self.names("ok")
+
+    @property
+    def failed(self) -> list[str]:
+        return self.names("failed")
+
+    @property
+    def pending(self) -> list[str]:
+        return self.names("pending")
+
+    def report(self) -> str:
+        """Every problem and reason, one per line (for an error message or a log)."""
+        lines = [f"GPU baseline: {len(self.passed)} ok, {len(self.failed)} failed, "
+                 f"{len(self.pending)} pending"]
+        lines += [f"  fleet: {p}" for p in self.problems]
+        for v in self.nodes.values():
+            lines += [f"  {v.node} [{v.status}]: {r}" for r in v.reasons]
+        return "\n".join(lines)
+
+    def output(self) -> dict[str, Any]:
+        return {"ok": self.ok, "problems": list(self.problems),
+                "nodes": {n: v.output() for n, v in self.nodes.items()}}
+
+
+# ---- expectations from the stack ---------------------------------------------------------
+
+def expectations(cfg: FleetConfig, nodes: Optional[Iterable[str]] = None, *,
+                 required_cgroup_controllers: Iterable[str] = (),
+                 require_ntp: bool = False) -> dict[str, GpuExpectation]:
+    """Expectations of the reachable GPU nodes (optionally only `nodes`), in stack order."""
+    wanted = None if nodes is None else set(nodes)
+    controllers = tuple(required_cgroup_controllers)
+    return {
+        n.name: GpuExpectation.for_node(n, cfg.gpu_runtime,
+                                        required_cgroup_controllers=controllers,
+                                        require_ntp=require_ntp)
+        for n in cfg.nodes
+        if n.gpus is not None and n.owner != "unreachable"
+        and (wanted is None or n.name in wanted)
+    }
+
+
+def pending_nodes(cfg: FleetConfig) -> list[str]:
+    """GPU nodes the stack marks unreachable: they stay pending and are never probed."""
+    return [n.name for n in cfg.nodes if n.gpus is not None and n.owner == "unreachable"]
+
+
+# ---- versions ----------------------------------------------------------------------------
+
+def cuda_version_number(version: str) -> int:
+    """'12.9.1' -> 12090, the encoding NVML uses for the CUDA driver version."""
+    m = re.fullmatch(r"(\d+)\.(\d+)(?:\.\d+)*", version.strip())
+    if not m:
+        raise ValueError(f"not a CUDA version: {version!r}")
+    return int(m.group(1)) * 1000 + int(m.group(2)) * 10
+
+
+def cuda_version_text(number: int) -> str:
+    """12090 -> '12.9'."""
+    return f"{number // 1000}.{(number % 1000) // 10}"
+
+
+def nvml_library_driver(nvml_version: Optional[str]) -> Optional[str]:
+    """'13.580.173.02' -> '580.173.02': the driver release the NVML library belongs to."""
+    if not nvml_version or "." not in nvml_version:
+        return None
+    return nvml_version.split(".", 1)[1] or None
+
+
+def _quote(text: str) -> str:
+    text = " ".join(text.split())
+    if len(text) > _TEXT_IN_REASON:
+        text = text[:_TEXT_IN_REASON] + " ..."
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _indices(idx: list[int]) -> str:
+    return ("GPU " if len(idx) == 1 else "GPUs ") + ", ".join(str(i) for i in idx)
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+# ---- one node ----------------------------------------------------------------------------
+
+def _load(doc: ProbeDoc) -> tuple[Optional[dict], Optional[str]]:
+    if doc is None:
+        return None, "no probe output (the probe did not run or printed nothing)"
+    if isinstance(doc, (str, bytes)):
+        text = doc.decode("utf-8", "replace") if isinstance(doc, bytes) else doc
+        if not text.strip():
+            return None, "no probe output (the probe printed nothing)"
+        try:
+            doc = json.loads(text)
+        except ValueError as e:
+            return None, f"the probe output is not one JSON document ({e}): {_quote(text)}"
+    if not isinstance(doc, Mapping):
+        return None, f"the probe output is a {type(doc).__name__}, not a JSON object"
+    if doc.get("schema") != PROBE_SCHEMA:
+        return None, (f"the probe output has schema {doc.get('schema')!r}, "
+                      f"expected {PROBE_SCHEMA!r}")
+    return dict(doc), None
+
+
+def judge_node(exp: GpuExpectation, doc: ProbeDoc) -> NodeVerdict:
+    """The verdict on one node's probe document (str, bytes, dict or None)."""
+    name = exp.node
+    data, problem = _load(doc)
+    if data is None:
+        return NodeVerdict(node=name, status="failed", reasons=(f"node {name}: {problem}",))
+
+    reasons: list[str] = []
+    add = reasons.append
+
+    for err in data.get("probe_errors") or []:
+        last = (err.get("text") or "").strip().splitlines()[-1:] or ["?"]
+        add(f"node {name}: the probe failed at step {err.get('step')}: {last[0]}")
+
+    pynvml = data.get("pynvml") or {}
+    if not pynvml.get("importable"):
+        add(f"node {name}: pynvml is not importable ({pynvml.get('error') or 'not probed'}); "
+            "install nvidia-ml-py on the node")
+
+    for err in data.get("nvml_errors") or []:
+        where = f"node {name}" if err.get("index") is None else f"node {name} GPU {err['index']}"
+        code = f"{err.get('name')} ({err.get('code')})" if err.get("code") is not None \
+            else str(err.get("name"))
+        add(f"{where}: NVML {err.get('call')} failed: {code}: {err.get('text')}")
+
+    for out in data.get("nvml_output") or []:
+        where = f"node {name}" if out.get("index") is None else f"node {name} GPU {out['index']}"
+        add(f"{where}: NVML printed on {out.get('stream')} during {out.get('call')}: "
+            f"{_quote(out.get('text') or '')}")
+
+    # ---- devices: counted by fields ---------------------------------------------------
+    gpus = [g for g in data.get("gpus") or [] if isinstance(g, Mapping)]
+    count = data.get("gpu_count")
+    if isinstance(count, bool) or not isinstance(count, int):
+        count = None
+        if pynvml.get("importable") and not data.get("nvml_errors"):
+            add(f"node {name}: the probe reported no GPU count")
+    else:
+        if count != exp.gpu_count:
+            add(f"node {name} reports {count} GPU{'s' if count != 1 else ''}, "
+                f"the stack declares {exp.gpu_count}")
+        if len(gpus) != count:
+            add(f"node {name}: NVML counts {count} GPUs but the probe listed {len(gpus)}")
+
+    wrong_model: dict[str, list[int]] = defaultdict(list)
+    seen_uuid: dict[str, int] = {}
+    for g in gpus:
+        i = g.get("index")
+        model, uuid = g.get("name"), g.get("uuid")
+        if model is not None and model != exp.gpu_model:
+            wrong_model[model].append(i)
+        if uuid is not None:
+            if uuid in seen_uuid:
+                add(f"node {name} GPUs {seen_uuid[uuid]} and {i} report the same UUID {uuid}")
+            seen_uuid.setdefault(uuid, i)
+        ecc = g.get("ecc_uncorrected")
+        if isinstance(ecc, int) and ecc > 0:
+            add(f"node {name} GPU {i} ({uuid}) has {ecc} uncorrected ECC "
+                f"error{'s' if ecc != 1 else ''} (volatile count), the baseline is 0")
+    for model, idx in wrong_model.items():
+        add(f"node {name} {_indices(idx)} {'is' if len(idx) == 1 else 'are'} {model!r}, "
+            f"the stack declares {exp.gpu_model!r}")
+
+    # ---- driver, NVML library, kernel module -----------------------------------------
+    driver = data.get("driver_version")
+    nvml_version = data.get("nvml_version")
+    library = nvml_library_driver(nvml_version)
+    user_space = driver or library
+    if user_space and user_space != exp.driver_version:
+        src = "" if driver else f" (NVML library {nvml_version})"
+        add(f"node {name} runs driver {user_space}{src}, the baseline is {exp.driver_version}")
+    if driver and library and driver != library:
+        add(f"node {name}: NVML reports driver {driver} but the NVML library is "
+            f"{nvml_version} (driver {library})")
+
+    km = data.get("kernel_module") or {}
+    kmod = km.get("version")
+    if not km.get("loaded"):
+        add(f"node {name}: the nvidia kernel module is not loaded"
+            + (f" ({km['error']})" if km.get("error") else ""))
+    if kmod is None:
+        add(f"node {name}: cannot tell the loaded nvidia kernel module version"
+            + (f" ({km['error']})" if km.get("error") else ""))
+    else:
+        user_views = [v for v in (driver, library) if v]
+        if any(v != kmod for v in user_views):
+            shown = f"driver {driver}" if driver else ""
+            if library and library != driver:
+                shown += (", " if shown else "") + f"NVML library {nvml_version}"
+            add(f"node {name}: driver/kernel module mismatch: user space has {shown}, "
+                f"the loaded kernel module is {kmod} ({km.get('version_source')})")
+        elif not user_views and kmod != exp.driver_version:
+            add(f"node {name} loads nvidia kernel module {kmod}, the baseline is "
+                f"{exp.driver_version}")
+
+    # ---- CUDA --------------------------------------------------------------------------
+    cuda = data.get("cuda_driver_version")
+    if isinstance(cuda, bool) or not isinstance(cuda, int):
+        cuda = None
+        if driver is not None:
+            add(f"node {name}: NVML reported no CUDA driver version")
+    else:
+        need = cuda_version_number(exp.cuda_runtime)
+        if cuda < need:
+            add(f"node {name} CUDA driver {cuda_version_text(cuda)} ({cuda}) cannot run the "
+                f"stack's CUDA runtime {exp.cuda_runtime} (needs {cuda_version_text(need)} "
+                "or newer)")
+
+    # ---- cgroup, NTP -------------------------------------------------------------------
+    cg = data.get("cgroup") or {}
+    if exp.required_cgroup_controllers:
+        have = cg.get("controllers")
+        if have is None:
+            add(f"node {name} has no cgroup v2 controllers to check ({cg.get('error')}); "
+                f"needs {' '.join(exp.required_cgroup_controllers)}")
+        else:
+            missing = [c for c in exp.required_cgroup_controllers if c not in have]
+            if missing:
+                add(f"node {name} lacks cgroup v2 controllers {' '.join(missing)} "
+                    f"(has: {' '.join(have) or 'none'})")
+    if exp.require_ntp and data.get("ntp_synchronized") is not True:
+        state = {False: "not NTP-synchronized", None: "of unknown NTP state"}[
+            data.get("ntp_synchronized")]
+        add(f"node {name}: the clock is {state}"
+            + (f" ({data['ntp_error']})" if data.get("ntp_error") else ""))
+
+    ccs = [g.get("compute_capability") for g in gpus]
+    cc_text = tuple(f"{c[0]}.{c[1]}" for c in ccs if isinstance(c, list) and len(c) == 2)
+    bf16 = None
+    if gpus and len(cc_text) == len(gpus):
+        bf16 = all(c[0] >= 8 for c in ccs)
+
+    return NodeVerdict(
+        node=name, status="failed" if reasons else "ok", reasons=tuple(reasons),
+        gpu_count=count,
+        uuids=tuple(g["uuid"] for g in gpus if g.get("uuid")),
+        models=tuple(g["name"] for g in gpus if g.get("name")),
+        driver_version=driver, nvml_version=nvml_version, kernel_module_version=kmod,
+        cuda_driver_version=cuda, compute_capability=cc_text, bf16=bf16,
+    )
+
+
+# ---- the fleet ---------------------------------------------------------------------------
+
+def _fail(v: NodeVerdict, reason: str) -> NodeVerdict:
+    return dataclasses.replace(v, status="failed", reasons=v.reasons + (reason,))
+
+
+def judge_fleet(expected: Mapping[str, GpuExpectation], probes: Mapping[str, ProbeDoc],
+                pending: Iterable[str] = ()) -> FleetVerdict:
+    """Judge every expected node, then the fleet-wide rules; `pending` nodes are not judged."""
+    pending = [p for p in pending if p not in expected]
+    verdicts = {n: judge_node(exp, probes.get(n)) for n, exp in expected.items()}
+    problems: list[str] = []
+
+    # UUIDs unique across the fleet
+    owners: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    for n, v in verdicts.items():
+        data, _ = _load(probes.get(n))
+        for g in (data or {}).get("gpus") or []:
+            if isinstance(g, Mapping) and g.get("uuid"):
+                owners[g["uuid"]].append((n, g.get("index")))
+    for uuid, where in owners.items():
+        nodes = list(dict.fromkeys(n for n, _ in where))
+        if len(nodes) < 2:
+            continue
+        places = [f"{n} (GPU {i})" for n, i in where]
+        problems.append(f"GPU UUID {uuid} is reported by "
+                        f"{'both ' if len(places) == 2 else ''}{_and(places)}")
+        for n in nodes:
+            others = [p for (m, _), p in zip(where, places) if m != n]
+            mine = ", ".join(str(i) for m, i in where if m == n)
+            verdicts[n] = _fail(verdicts[n], f"node {n} GPU {mine} UUID {uuid} is also "
+                                             f"reported by {_and(others)}")
+
+    # driver, kernel module and CUDA driver uniform across the fleet
+    for label, key in (("driver versions", "driver_version"),
+                       ("nvidia kernel module versions", "kernel_module_version"),
+                       ("CUDA driver versions", "cuda_driver_version")):
+        groups: dict[Any, list[str]] = defaultdict(list)
+        for n, v in verdicts.items():
+            value = getattr(v, key)
+            if value is not None:
+                groups[value].append(n)
+        if len(groups) > 1:
+            ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), str(kv[0])))
+            problems.append(f"{label} differ across the fleet: " + "; ".join(
+                f"{value} on {', '.join(nodes)}" for value, nodes in ordered))
+            majority = ordered[0][0] if len(ordered[0][1]) > len(ordered[1][1]) else None
+            for value, nodes in ordered:
+                if value == majority:
+                    continue
+                for n in nodes:
+                    if verdicts[n].ok:  # a node off the fleet's version fails even when its
+                        verdicts[n] = _fail(verdicts[n], (  # own checks could not tell
+                            f"node {n} has {label[:-1]} {value}, unlike the rest of the fleet"))
+
+    for n in pending:
+        verdicts[n] = NodeVerdict(node=n, status="pending", reasons=(
+            f"node {n} is unreachable and stays pending: it is not probed and never joins "
+            "Slurm from stale inventory",))
+    ignored = tuple(sorted(set(probes) - set(expected) - set(pending)))
+    return FleetVerdict(nodes=verdicts, problems=tuple(problems), ignored=ignored)
+
+
+def judge_stack(cfg: FleetConfig, probes: Mapping[str, ProbeDoc],
+                nodes: Optional[Iterable[str]] = None, **expectation_options: Any) -> FleetVerdict:
+    """The stack's GPU baseline over `probes` (node name -> probe output)."""
+    wanted = None if nodes is None else set(nodes)
+    return judge_fleet(expectations(cfg, wanted, **expectation_options), probes,
+                       pending=[n for n in pending_nodes(cfg) if wanted is None or n in wanted])

@@ -1,0 +1,125 @@
+"""The Slurm layer: identities, pinned packages, MUNGE, rendered config, daemons, canary.
+
+Order on every host follows the seed's lessons: numeric identities first (so
+package scripts find `slurm`/`munge` with the stack's ids instead of inventing
+their own), then exact package versions held, then the MUNGE key (a Pulumi
+secret, 0400 munge:munge), then the rendered config, then the daemons with
+`Delegate=yes` checked live. Nodes not in a partition (K3s-owned, unreachable)
+get nothing. Config changes reach live daemons with `scontrol reconfigure`;
+only changes Slurm cannot reconfigure (node and partition definitions,
+cgroup.conf, gres.conf, the MUNGE key) restart daemons. The canary acceptance
+runs on every rollout of the layer and fails closed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pulumi
+
+from .acceptance import CanaryJob
+from .config import FleetConfig, HostSpec
+from .hosts import conn_input
+from .inventory import Inventory
+from .providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
+from .slurm_render import ACCEPTANCE_PARTITION, render_cgroup_conf, render_gres_conf, render_slurm_conf
+
+SLURM_ETC = "/etc/slurm"
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def restart_key(slurm_conf: str, cgroup_conf: str, gres_conf: str) -> str:
+    """What daemons cannot take through `scontrol reconfigure` (22.05): node and
+    partition definitions, cgroup.conf, gres.conf."""
+    structural = [line for line in slurm_conf.splitlines()
+                  if line.startswith(("NodeName=", "PartitionName=", "SlurmctldHost=", "AuthType=",
+                                      "SelectType", "GresTypes=", "ProctrackType=", "TaskPlugin="))]
+    return _sha("\n".join(structural) + cgroup_conf + gres_conf)[:16]
+
+
+class SlurmCluster(pulumi.ComponentResource):
+    """slurmctld on the controller, slurmd on every partition node, one MUNGE key, one config."""
+
+    def __init__(self, cfg: FleetConfig, inventory: Inventory, munge_key: pulumi.Output[str],
+                 root: Path, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-fleet:slurm:SlurmCluster", "slurm", None, opts)
+        s = cfg.slurm
+        self.slurm_conf = render_slurm_conf(cfg)
+        self.cgroup_conf = render_cgroup_conf(cfg)
+        self.gres_conf = render_gres_conf(cfg)
+        confs = {"slurm.conf": self.slurm_conf, "cgroup.conf": self.cgroup_conf, "gres.conf": self.gres_conf}
+        restart = restart_key(self.slurm_conf, self.cgroup_conf, self.gres_conf)
+        key_hash = munge_key.apply(lambda k: _sha(k)[:16])
+
+        ctl = cfg.hosts.controller
+        nodes = cfg.slurm_nodes()
+        daemons: list[pulumi.Resource] = []
+        applied: dict[str, list[pulumi.Resource]] = {}
+
+        def host_layer(host: HostSpec, packages: dict[str, str], is_node: bool) -> None:
+            conn = conn_input(host, cfg.ssh, root)
+            parent = pulumi.ResourceOptions(parent=self)
+            h = host.name
+            ids = [
+                Account(f"{h}-munge-account", conn=conn, user="munge", uid=s.munge_uid, gid=s.munge_gid,
+                        home="/nonexistent", opts=parent),
+                Account(f"{h}-slurm-account", conn=conn, user="slurm", uid=s.slurm_uid, gid=s.slurm_gid,
+                        home="/nonexistent", opts=parent),
+                Account(f"{h}-canary-account", conn=conn, user=s.canary_user, uid=s.canary_uid,
+                        gid=s.canary_uid, home="/nonexistent", shell="/bin/sh", opts=parent),
+            ]
+            pkgs = PackageSet(f"{h}-slurm-packages", conn=conn, packages=packages, hold=True,
+                              opts=pulumi.ResourceOptions(parent=self, depends_on=ids))
+            after_pkgs = pulumi.ResourceOptions(parent=self, depends_on=[pkgs])
+            key = File(f"{h}-munge-key", conn=conn, path="/etc/munge/munge.key", content=munge_key,
+                       mode="0400", owner="munge", group="munge", secret=True, opts=after_pkgs)
+            munge = SystemdUnit(f"{h}-munge", conn=conn, unit="munge.service", triggers={"key": key_hash},
+                                opts=pulumi.ResourceOptions(parent=self, depends_on=[key]))
+            files = [File(f"{h}-{name}", conn=conn, path=f"{SLURM_ETC}/{name}", content=text,
+                          mode="0644", opts=after_pkgs) for name, text in confs.items()]
+            deps: list[pulumi.Resource] = [munge, *files]
+            if is_node and s.fake_gpu_devices and host.name in {n.name for n in nodes}:
+                count = next(n for n in nodes if n.name == host.name).gpus.count
+                devs = " ".join(f"{s.gpu_device_prefix}{i}" for i in range(count))
+                deps.append(CommandWithVerify(
+                    f"{h}-fake-gpus", conn=conn,
+                    create=["sh", "-c", f'i=0; for d in {devs}; do [ -c "$d" ] || mknod -m 0666 "$d" c 195 $i; '
+                                         'i=$((i+1)); done'],
+                    verify=["sh", "-c", " && ".join(f"test -c {d}" for d in devs.split())],
+                    delete=["rm", "-f", *devs.split()], opts=after_pkgs))
+            unit = "slurmd.service" if is_node else "slurmctld.service"
+            daemon = SystemdUnit(
+                f"{h}-{unit.split('.')[0]}", conn=conn, unit=unit,
+                properties={"Delegate": "yes"} if is_node else {},
+                triggers={"restart": restart, "key": key_hash},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=deps))
+            daemons.append(daemon)
+            applied[h] = [*ids, pkgs, key, munge, *files, daemon]
+
+        host_layer(ctl, s.release.controller_packages(), is_node=False)
+        for n in nodes:
+            host_layer(n, s.release.node_packages(), is_node=True)
+
+        ctl_conn = conn_input(ctl, cfg.ssh, root)
+        reconf = CommandWithVerify(
+            "slurm-reconfigure", conn=ctl_conn, create=["scontrol", "reconfigure"],
+            verify=["scontrol", "ping"], triggers={"slurm.conf": _sha(self.slurm_conf)[:16]},
+            opts=pulumi.ResourceOptions(parent=self, depends_on=daemons))
+
+        canary = next(iter(cfg.canary_nodes()), nodes[0] if nodes else None)
+        self.canary = None
+        if cfg.acceptance.enabled and canary is not None and canary.gpus:
+            self.canary = CanaryJob(
+                "canary-acceptance", conn=ctl_conn, node=canary.name, gpus=canary.gpus.count,
+                gpu_type=canary.gpus.type, user=s.canary_user, nodes=[n.name for n in nodes],
+                partitions=[p.name for p in s.partitions], partition=ACCEPTANCE_PARTITION,
+                job_root="/tmp", marker=None,
+                timeout_s=cfg.acceptance.job_timeout_s,
+                triggers={"restart": restart, "slurm.conf": _sha(self.slurm_conf)[:16], "key": key_hash,
+                          "packages": _sha(repr(sorted(s.release.node_packages().items())))[:16]},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[reconf]))
+        self.register_outputs({"config_sha256": {k: _sha(v) for k, v in confs.items()}})

@@ -1,0 +1,134 @@
+"""The Slurm layer on the lab: `pulumi up --stack lab` makes a real cluster, and destroy undoes it.
+
+Every srun/sbatch here runs under `timeout` (a drained cluster blocks forever).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.pulumi_cli import PulumiProject
+
+from .labhosts import command_log, ssh
+
+HOSTS = ["ctl", "node1", "node2", "node3"]
+NODES = ["node1", "node2", "node3"]
+
+SNAPSHOT = r"""
+echo "pkgs $(dpkg-query -W -f='${Package}=${Version}\n' | sha256sum | cut -c1-16)"
+echo "held $(apt-mark showhold | tr '\n' ' ')"
+echo "users $(getent passwd slurm munge fleetcanary | cut -d: -f1,3 | tr '\n' ' ')"
+echo "etc $(ls -A /etc/slurm /etc/munge 2>/dev/null | tr '\n' ' ')"
+echo "units $(systemctl is-enabled slurmd slurmctld munge 2>/dev/null | tr '\n' ' ')"
+echo "fakegpus $(ls /dev | grep -c fakegpu)"
+"""
+
+
+def snapshot(host: str) -> dict[str, str]:
+    out = ssh(host, SNAPSHOT).stdout
+    return {k: v.strip() for k, _, v in (line.partition(" ") for line in out.splitlines())}
+
+
+def as_user(script: str, timeout: int = 60) -> str:
+    """Run a Slurm client command on the controller as the unprivileged canary user."""
+    return f"cd /tmp && timeout {timeout} runuser -u fleetcanary -- {script}"
+
+
+@pytest.fixture(scope="module")
+def cluster(lab, tmp_path_factory):
+    before = {h: snapshot(h) for h in HOSTS}
+    tmp = tmp_path_factory.mktemp("slurm")
+    proj = PulumiProject.copy_of_repo(tmp)
+    proj.env["GPU_FLEET_COMMAND_LOG"] = str(tmp / "commands.jsonl")
+    proj.log = tmp / "commands.jsonl"
+    proj.init_stack("lab")
+    proj.run("up", "--yes", "--stack", "lab", timeout=900)
+    yield proj, before
+    proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
+
+
+def test_nodes_idle_with_typed_gpus(cluster):
+    out = ssh("ctl", "sinfo -h -N -p lab -o '%N %T %G'").stdout.split("\n")
+    rows = sorted(line.split() for line in out if line.strip())
+    assert rows == [[n, "idle", "gpu:v100:8"] for n in NODES]
+
+
+def test_canary_acceptance_is_a_stack_output(cluster):
+    proj, _ = cluster
+    canary = json.loads(proj.run("stack", "output", "canary", "--json", "--stack", "lab").stdout)
+    assert canary["passed"] is True
+    assert canary["cudaVisibleDevices"] == "0"
+    assert f"job_{canary['jobId']}" in canary["cgroup"]
+
+
+def test_srun_on_every_node(cluster):
+    out = ssh("ctl", as_user("srun -N3 -p lab -t 1 hostname")).stdout
+    assert sorted(out.split()) == NODES
+
+
+def test_gpu_job_sees_its_gpus_and_only_them(cluster):
+    script = ('srun -N1 -p lab -w node2 --gres=gpu:v100:2 --mem=100 -t 1 sh -c '
+              '"echo CVD=\\$CUDA_VISIBLE_DEVICES; for i in 0 1 2; do head -c1 /dev/fakegpu\\$i 2>&1 | '
+              'sed \\"s/^/dev\\$i: /\\"; done"')
+    out = ssh("ctl", as_user(script)).stdout
+    assert "CVD=0,1" in out
+    # Allocated devices are reachable (no driver behind them: ENXIO); the others are denied.
+    assert "dev0: head: cannot open '/dev/fakegpu0' for reading: No such device or address" in out
+    assert "dev2: head: cannot open '/dev/fakegpu2' for reading: Operation not permitted" in out
+
+
+def test_job_over_its_memory_is_oom_killed(cluster):
+    p = ssh("ctl", as_user('srun -N1 -p lab -w node3 --mem=50 -t 1 python3 -c '
+                           '"x = bytearray(300 * 1024 * 1024); print(len(x))"'), check=False)
+    assert p.returncode != 0
+    assert "Out Of Memory" in p.stderr or "oom-kill" in p.stderr, p.stderr
+
+
+def test_identities_and_live_delegate(cluster):
+    for h in HOSTS:
+        s = snapshot(h)
+        assert s["users"] == "slurm:64030 munge:440 fleetcanary:64200", (h, s)
+    for n in NODES:
+        assert ssh(n, "systemctl show -p Delegate --value slurmd").stdout.strip() == "yes"
+
+
+def test_munge_credential_from_controller_decodes_everywhere(cluster):
+    cred = ssh("ctl", "munge -n").stdout.strip()
+    for n in NODES:
+        out = ssh(n, f"echo '{cred}' | unmunge").stdout
+        assert "STATUS:          Success (0)" in out, (n, out)
+
+
+def test_second_up_changes_nothing_and_mutates_nothing(cluster):
+    proj, _ = cluster
+    proj.log.unlink(missing_ok=True)
+    proj.run("up", "--yes", "--stack", "lab", "--expect-no-changes")
+    assert command_log(proj.log) == []
+    proj.run("up", "--yes", "--stack", "lab", "--refresh", "--expect-no-changes", "--skip-preview")
+    log = command_log(proj.log)
+    assert log and not [c for c in log if c["mutating"]], [c for c in log if c["mutating"]]
+
+
+def test_munge_key_is_a_secret_everywhere(cluster):
+    proj, _ = cluster
+    key = proj.run("config", "get", "gpu-fleet:munge_key", "--stack", "lab").stdout.strip()
+    assert len(key) > 1000
+    assert key not in proj.run("stack", "export", "--stack", "lab").stdout
+    assert key not in (proj.dir / "stacks" / "Pulumi.lab.yaml").read_text()
+    assert key not in proj.log.read_text()
+    assert ssh("ctl", "stat -c '%a %U %G' /etc/munge/munge.key").stdout.strip() == "400 munge munge"
+    logs = ssh("ctl", "journalctl --no-pager -q 2>/dev/null; cat /var/log/slurm/*.log 2>/dev/null").stdout
+    assert key[:64] not in logs
+
+
+def test_destroy_restores_hosts_and_up_restores_the_same_cluster(cluster):
+    proj, before = cluster
+    key_sha = ssh("node1", "sha256sum /etc/munge/munge.key").stdout.split()[0]
+    proj.run("destroy", "--yes", "--stack", "lab", timeout=900)
+    assert {h: snapshot(h) for h in HOSTS} == before
+    proj.run("up", "--yes", "--stack", "lab", timeout=900)
+    assert ssh("node1", "sha256sum /etc/munge/munge.key").stdout.split()[0] == key_sha
+    out = ssh("ctl", as_user("srun -N3 -p lab -t 1 hostname")).stdout
+    assert sorted(out.split()) == NODES
