@@ -3,7 +3,7 @@
 STACK ?= lab
 PULUMI := bin/pulumi
 
-.PHONY: setup test preview up destroy refresh stack
+.PHONY: setup test preview up destroy refresh stack policy
 
 setup:
 	scripts/setup.sh
@@ -28,3 +28,8 @@ refresh: stack
 
 destroy: stack
 	$(PULUMI) destroy --stack $(STACK) $(ARGS)
+
+# Preview under the policy pack, with the stack's written relaxations if it has any.
+policy: stack
+	$(PULUMI) preview --stack $(STACK) --policy-pack policies \
+	  $(if $(wildcard policies/stacks/$(STACK).json),--policy-pack-config policies/stacks/$(STACK).json) $(ARGS)

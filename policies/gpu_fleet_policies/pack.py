@@ -18,9 +18,11 @@ PACK_NAME = "gpu-fleet"
 # name, kind, description, validator, severity
 _SPECS = [
     ("slurm-cgroup-confinement", "resource",
-     "cgroup.conf confines every job: ConstrainCores, ConstrainRAMSpace, ConstrainSwapSpace and "
-     "ConstrainDevices are yes and AllowedSwapSpace is 0.",
+     "cgroup.conf confines every job: ConstrainCores, ConstrainRAMSpace and ConstrainDevices are yes.",
      slurm.validate_cgroup_confinement, Severity.HIGH),
+    ("slurm-swap-confinement", "resource",
+     "cgroup.conf lets no job swap: ConstrainSwapSpace is yes and AllowedSwapSpace is 0.",
+     slurm.validate_swap_confinement, Severity.HIGH),
     ("slurm-cgroup-plugins", "resource",
      "slurm.conf tracks and binds tasks with cgroups (proctrack/cgroup, task/cgroup).",
      slurm.validate_cgroup_plugins, Severity.HIGH),

@@ -33,27 +33,44 @@ def _conf_file(args, name: str) -> Optional[tuple[Res, str, SlurmConf]]:
 
 
 def validate_cgroup_confinement(args, report_violation) -> None:
-    """cgroup.conf confines cores, RAM and devices and allows no swap."""
+    """cgroup.conf confines cores, RAM and devices."""
     found = _conf_file(args, CGROUP_CONF)
     if found is None:
         return
     res, path, conf = found
-    who = res.describe("File", path)
-    wrong = []
-    for key in ("ConstrainCores", "ConstrainRAMSpace", "ConstrainDevices", "ConstrainSwapSpace"):
-        if not is_yes(conf.get(key)):
-            have = conf.get(key)
-            wrong.append(f"{key}=yes (it has {key}={have})" if have is not None
-                         else f"{key}=yes (it is not set)")
+    wrong = [_want_yes(conf, key) for key in ("ConstrainCores", "ConstrainRAMSpace", "ConstrainDevices")]
+    wrong = [w for w in wrong if w]
+    if wrong:
+        report_violation(
+            f"{res.describe('File', path)} does not confine jobs: set " + "; ".join(wrong)
+            + ". Without these a job can use cores, memory or GPUs it was not allocated.",
+            None)
+
+
+def validate_swap_confinement(args, report_violation) -> None:
+    """cgroup.conf lets no job swap (its own policy: a kernel without swap accounting, such as
+    the lab's containers, relaxes only this one, with a reason)."""
+    found = _conf_file(args, CGROUP_CONF)
+    if found is None:
+        return
+    res, path, conf = found
+    wrong = [w for w in [_want_yes(conf, "ConstrainSwapSpace")] if w]
     swap = conf.get("AllowedSwapSpace")
     if swap is None or swap.strip().rstrip("%") not in ("0", "0.0"):
         wrong.append(f"AllowedSwapSpace=0 (it has AllowedSwapSpace={swap})" if swap is not None
                      else "AllowedSwapSpace=0 (it is not set, and Slurm's default lets jobs swap)")
     if wrong:
         report_violation(
-            f"{who} does not confine jobs: set " + "; ".join(wrong)
-            + ". Without these a job can use cores, memory, swap or GPUs it was not allocated.",
+            f"{res.describe('File', path)} lets jobs swap: set " + "; ".join(wrong)
+            + ". A job that swaps escapes its memory limit and slows the whole node.",
             None)
+
+
+def _want_yes(conf: SlurmConf, key: str) -> Optional[str]:
+    if is_yes(conf.get(key)):
+        return None
+    have = conf.get(key)
+    return f"{key}=yes (it has {key}={have})" if have is not None else f"{key}=yes (it is not set)"
 
 
 def validate_cgroup_plugins(args, report_violation) -> None:

@@ -51,6 +51,10 @@ class Guarded:
         if stack not in self.stacks:
             self.project.init_stack(stack)
             self.stacks.add(stack)
+        # A stack's relaxations (with reasons) live in policies/stacks/<stack>.json.
+        cfg = self.project.dir / "policies" / "stacks" / f"{stack}.json"
+        if cfg.exists() and "--policy-pack-config" not in extra:
+            extra = (*extra, "--policy-pack-config", str(cfg))
         p = self.project.run("preview", "--stack", stack, "--policy-pack", "policies", *extra,
                              check=False, timeout=180)
         assert not self.ssh_mark.exists(), f"a preview ran ssh: {self.ssh_mark.read_text()}"
@@ -93,8 +97,13 @@ def test_every_stack_previews_clean(repo, stack):
     rc, out = repo.preview(stack)
     assert rc == 0, out
     assert "gpu-fleet@v" in out, out  # the pack ran
-    assert "[mandatory]" not in out and "[advisory]" not in out, out
+    assert "[mandatory]" not in out, out
     assert "can't run policy" not in out, out
+    if (POLICIES / "stacks" / f"{stack}.json").exists():
+        # the lab relaxes swap confinement (its kernel has no swap accounting) and says why
+        assert 'Policy "slurm-swap-confinement" is relaxed' in out, out
+    else:
+        assert "[advisory]" not in out, out
 
 
 BAD = {

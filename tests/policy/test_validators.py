@@ -127,9 +127,21 @@ def test_cgroup_confinement():
     m = msgs[0]
     assert m.startswith('File "cg" (/etc/slurm/cgroup.conf on gpu01) does not confine jobs: set ')
     assert "ConstrainDevices=yes (it has ConstrainDevices=no)" in m
-    assert "AllowedSwapSpace=0 (it has AllowedSwapSpace=10)" in m
     assert "ConstrainCores=yes (it is not set)" in m
-    assert "ConstrainRAMSpace" not in m
+    assert "ConstrainRAMSpace" not in m and "Swap" not in m
+
+
+def test_swap_confinement_is_its_own_policy():
+    ok = file_args("/etc/slurm/cgroup.conf", CANARY_CGROUP)
+    assert violations(slurm.validate_swap_confinement, ok) == []
+    bad = CANARY_CGROUP.replace("AllowedSwapSpace=0", "AllowedSwapSpace=10")
+    [m] = violations(slurm.validate_swap_confinement, file_args("/etc/slurm/cgroup.conf", bad, "cg"))
+    assert m.startswith('File "cg" (/etc/slurm/cgroup.conf on gpu01) lets jobs swap: set ')
+    assert "AllowedSwapSpace=0 (it has AllowedSwapSpace=10)" in m
+    lab = CANARY_CGROUP.replace("ConstrainSwapSpace=yes", "ConstrainSwapSpace=no")
+    [m] = violations(slurm.validate_swap_confinement, file_args("/etc/slurm/cgroup.conf", lab, "cg"))
+    assert "ConstrainSwapSpace=yes (it has ConstrainSwapSpace=no)" in m
+    assert violations(slurm.validate_cgroup_confinement, file_args("/etc/slurm/cgroup.conf", lab)) == []
 
 
 def test_cgroup_plugins():
