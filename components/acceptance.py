@@ -2,7 +2,8 @@
 
 The job runs as an unprivileged user (DisableRootJobs=YES) through `srun` on
 the controller, always under a timeout (a drained cluster blocks forever).
-What it proves is read from the job itself, not from configuration:
+First a MUNGE credential made on the controller must decode on every node. Then
+what the job proves is read from the job itself, not from configuration:
 CUDA_VISIBLE_DEVICES is exactly one index in range (counted by fields), the
 job's cgroup path contains its job id, the model marker is readable (when one
 is configured), the job root is writable and the probe file is cleaned up, the
@@ -25,7 +26,7 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, Updat
 from .errors import FleetError
 from .providers.base import HostPrimitive, Props, _entry, target_of
 from .slurm_render import count_visible_gpus
-from .transport import connection
+from .transport import FanOutError, SshTarget, connection, fan_out
 from .transport.command import sh
 
 _NODES_READY = r"""
@@ -117,6 +118,7 @@ class CanaryJobProvider(HostPrimitive):
             raise FleetError(
                 f"host {conn.t.name}: Slurm nodes are not all idle after {timeout} s; partitions "
                 f"{', '.join(props['partitions'])} set INACTIVE:\n  " + ready.stdout.strip().replace("\n", "\n  "))
+        self._munge_gate(conn, props)
         job_argv = ["timeout", str(timeout), "runuser", "-u", props["user"], "--",
                     "srun", f"--partition={props['partition']}", "-N1", "-n1",
                     f"--nodelist={props['node']}", f"--gres=gpu:{props['gpu_type']}:1",
@@ -138,6 +140,22 @@ class CanaryJobProvider(HostPrimitive):
         return {"passed": True, "job_id": job.get("job"), "cuda_visible_devices": job.get("cvd"),
                 "cgroup": job.get("cgroup"), "marker_check": job.get("marker"),
                 "nodes_ready": ready.stdout.strip().splitlines()}
+
+    def _munge_gate(self, conn, props: Props) -> None:
+        """A credential made on the controller must decode on every node (one key, one clock)."""
+        cred = conn.run(["munge", "-n"], mutating=False).stdout.strip()
+
+        def decode(c):
+            out = c.run(["unmunge"], mutating=False, check=False, stdin=cred.encode(), stdin_secret=True)
+            if "Success (0)" not in out.stdout:
+                raise FleetError(f"unmunge failed: {(out.stdout + out.stderr).strip().splitlines()[:2]}")
+
+        try:
+            fan_out([SshTarget.from_dict(c) for c in props.get("node_conns") or []], decode)
+        except FanOutError as e:
+            self._partitions(conn, props, "INACTIVE")
+            raise FleetError(f"a MUNGE credential from {conn.t.name} does not decode on every node; "
+                             f"partitions {', '.join(props['partitions'])} set INACTIVE:\n{e}") from None
 
     @_entry
     def create(self, props: Props) -> CreateResult:
@@ -171,13 +189,14 @@ class CanaryJob(Resource, module="slurm", name="CanaryJob"):
 
     def __init__(self, name: str, *, conn: dict, node: str, gpus: int, gpu_type: str, user: str,
                  nodes: list[str], partitions: list[str], partition: str, job_root: str,
-                 triggers: pulumi.Input[dict],
+                 triggers: pulumi.Input[dict], node_conns: Optional[list[dict]] = None,
                  marker: Optional[str] = None, timeout_s: int = 120,
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__(
             CanaryJobProvider(), name,
             {"conn": conn, "node": node, "gpus": gpus, "gpu_type": gpu_type, "user": user,
              "nodes": nodes, "partitions": partitions, "partition": partition, "job_root": job_root,
+             "node_conns": node_conns or [],
              "marker": marker,
              "timeout_s": timeout_s, "triggers": triggers, "passed": None, "job_id": None,
              "cuda_visible_devices": None, "cgroup": None, "nodes_ready": None},

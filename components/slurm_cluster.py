@@ -117,6 +117,7 @@ class SlurmCluster(pulumi.ComponentResource):
                 "canary-acceptance", conn=ctl_conn, node=canary.name, gpus=canary.gpus.count,
                 gpu_type=canary.gpus.type, user=s.canary_user, nodes=[n.name for n in nodes],
                 partitions=[p.name for p in s.partitions], partition=ACCEPTANCE_PARTITION,
+                node_conns=[conn_input(n, cfg.ssh, root) for n in nodes],
                 job_root="/tmp", marker=None,
                 timeout_s=cfg.acceptance.job_timeout_s,
                 triggers={"restart": restart, "slurm.conf": _sha(self.slurm_conf)[:16], "key": key_hash,

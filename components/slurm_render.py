@@ -83,10 +83,13 @@ def render_slurm_conf(cfg: FleetConfig, accounting_host: str | None = None) -> s
             + (f" Gres={gres}" if gres else "") + " State=UNKNOWN"
         )
     lines += ["", "# partitions"]
+    # Fail closed: production partitions start INACTIVE and only a passing acceptance run
+    # sets them UP, so a rollout that stops half-way never serves a partial node set.
+    state = "INACTIVE" if cfg.acceptance.enabled else "UP"
     for p in s.partitions:
         lines.append(
             f"PartitionName={p.name} Nodes={_compress(p.nodes)} Default={'YES' if p.default else 'NO'}"
-            f" MaxTime={p.max_time} State=UP"
+            f" MaxTime={p.max_time} State={state}"
         )
     if cfg.acceptance.enabled and cfg.slurm_nodes():
         # Where the acceptance job runs: open only to the canary user, so it can prove a node
