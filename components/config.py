@@ -155,6 +155,8 @@ class SlurmRelease(_Strict):
     source_sha256: Optional[Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]] = None
     munge_version: Optional[str] = None
     pmix_version: Optional[str] = None
+    #: where the release's .debs are on the storage host (the build output)
+    source_dir: Annotated[str, Field(pattern=r"^/[^\s]*$")] = "/srv/gpu-fleet/build/slurm"
 
     def controller_packages(self) -> dict[str, str]:
         pkgs = {"slurmctld": self.debian_version, "slurm-client": self.debian_version}

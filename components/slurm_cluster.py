@@ -23,6 +23,7 @@ from .config import FleetConfig, HostSpec
 from .hosts import conn_input
 from .inventory import Inventory
 from .providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
+from .slurm_packages import SlurmPackages
 from .slurm_render import ACCEPTANCE_PARTITION, render_cgroup_conf, render_gres_conf, render_slurm_conf
 
 SLURM_ETC = "/etc/slurm"
@@ -57,6 +58,7 @@ class SlurmCluster(pulumi.ComponentResource):
 
         ctl = cfg.hosts.controller
         nodes = cfg.slurm_nodes()
+        self.packages = SlurmPackages(cfg, root, pulumi.ResourceOptions(parent=self))
         daemons: list[pulumi.Resource] = []
         applied: dict[str, list[pulumi.Resource]] = {}
 
@@ -73,7 +75,8 @@ class SlurmCluster(pulumi.ComponentResource):
                         gid=s.canary_uid, home="/nonexistent", shell="/bin/sh", opts=parent),
             ]
             pkgs = PackageSet(f"{h}-slurm-packages", conn=conn, packages=packages, hold=True,
-                              opts=pulumi.ResourceOptions(parent=self, depends_on=ids))
+                              opts=pulumi.ResourceOptions(
+                                  parent=self, depends_on=[*ids, self.packages.sources[h]]))
             after_pkgs = pulumi.ResourceOptions(parent=self, depends_on=[pkgs])
             key = File(f"{h}-munge-key", conn=conn, path="/etc/munge/munge.key", content=munge_key,
                        mode="0400", owner="munge", group="munge", secret=True, opts=after_pkgs)

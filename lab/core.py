@@ -8,7 +8,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import image, net, nspawn, repo, rootfs, stackfile
+from . import fake_nvml, image, net, nspawn, repo, rootfs, stackfile
 from .common import (
     HOSTS_DIR, INVENTORY, KEY, KNOWN_HOSTS, LOGS_DIR, STACK_FILE, STATE, LabError, check_tools,
     flock, last_line, log, rel, remove_tree, require_root, run,
@@ -118,6 +118,7 @@ def up(nodes: int = DEFAULT_NODES, timeout: float = 120.0, rootfs_mode: str | No
             why = _expected(inv, nodes) or unhealthy(inv)
             if not why:
                 finish_stack(nodes)
+                fake_nvml.ensure(hosts)
                 log(f"lab already up and healthy: {len(hosts)} hosts "
                     f"(checked in {time.monotonic() - start:.1f} s)")
                 return inv
@@ -170,6 +171,7 @@ def _boot(hosts: list[Host], nodes: int, timeout: float, rootfs_mode: str, start
         stackfile.write_inventory(inv)
     with ThreadPoolExecutor(max_workers=len(hosts)) as ex:
         ready = list(ex.map(lambda h: wait_for_ssh(h, pids[h.name], t_boot, timeout), hosts))
+    fake_nvml.ensure(hosts)
     inv["state"] = "up"
     stackfile.write_inventory(inv)
     finish_stack(nodes)

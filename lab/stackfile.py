@@ -79,7 +79,8 @@ def render_stack(nodes: int, existing: str | None = None) -> str:
         "    cluster_name: lab",
         "    # The lab's Slurm release is Debian's 22.05 (versions as served by the lab repository).",
         f"    release: {{version: '22.05', debian_version: '{v['slurmd']}', "
-        f"munge_version: '{v['munge']}', pmix_version: '{v['libpmix2']}'}}",
+        f"munge_version: '{v['munge']}', pmix_version: '{v['libpmix2']}', "
+        "source_dir: /srv/lab-repo}",
         "    # Where the containers differ from a real node (DESIGN.md, The lab):",
         "    cgroup_plugin: cgroup/v1",
         "    constrain_swap: false",

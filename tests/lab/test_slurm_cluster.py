@@ -86,6 +86,16 @@ def test_job_over_its_memory_is_oom_killed(cluster):
     assert "Out Of Memory" in p.stderr or "oom-kill" in p.stderr, p.stderr
 
 
+def test_packages_come_from_the_release_repository_on_storage(cluster):
+    rel = "/srv/gpu-fleet/repo/slurm/22.05.8-4_deb12u3"
+    listing = ssh("storage", f"cd {rel} && sha256sum --quiet -c SHA256SUMS && ls && cat release.json").stdout
+    assert "slurmd_22.05.8-4+deb12u3_amd64.deb" in listing and "Packages.gz" in listing
+    assert '"debian_version": "22.05.8-4+deb12u3"' in listing
+    policy = ssh("node1", "apt-cache policy slurmd").stdout
+    assert "http://10.213.57.10:8787/slurm/22.05.8-4_deb12u3" in policy, policy
+    assert "slurmd" in ssh("node1", "apt-mark showhold").stdout.split()
+
+
 def test_identities_and_live_delegate(cluster):
     for h in HOSTS:
         s = snapshot(h)

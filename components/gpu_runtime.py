@@ -1,0 +1,421 @@
+"""The GPU runtime layer: the pinned NVML bindings on every GPU node and the fleet's GPU baseline.
+
+Before Slurm takes a node, the node proves a uniform GPU runtime (the seed's GPU
+baseline; docs/gpu-probe.md). `GpuRuntime` declares, for the stack's GPU nodes:
+
+- per reachable node a `File` with the project's pinned pynvml (the single-file
+  `pynvml.py` of nvidia-ml-py from the project's virtualenv; Debian has no
+  python3-pynvml) in `pynvml_dir`, /opt/gpu-fleet/lib by default;
+- one fleet-level `GpuBaseline` dynamic resource that runs the probe
+  (components/gpu/probe.py, as `python3 -` with the script on stdin) on every
+  node in parallel, one SSH round trip per node, and judges the documents with
+  components/gpu/baseline.py.
+
+Outputs: `healthy_nodes` (stack order) for the Slurm layer, `verdicts` (per node:
+verdict, reasons, count, UUIDs, driver, kernel module, CUDA, BF16) and fleet-wide
+`problems`.
+
+When it probes. Probing is read-only, so it runs on create/update AND on
+`read`: `pulumi refresh` (or `up --refresh`) re-probes every node and records the
+new verdicts in the state; the next `up` hands them to the Slurm layer. `diff`
+never touches a host: the baseline re-runs on `up` only when its inputs change
+(the expectations, the node list or their addresses, the probe script, the
+pinned pynvml, `probe_paths`, or `triggers`), so a second `up` with nothing
+changed sends no command at all.
+
+Fail closed, without failing the rollout for one node: a node that fails the
+baseline is `failed` with reasons naming the node and the mismatch, and is left
+out of `healthy_nodes` (the caller keeps it out of Slurm); the deployment goes
+on. It fails only on transport errors (a declared-reachable node that SSH
+cannot reach, a host key mismatch, a refused key, sudo wanting a password) and
+when not one node could be probed at all, each message naming the host. A probe
+that ran but printed no document (no python3, a hung NVML call killed by the
+timeout) fails that node only. `unreachable` nodes are `pending`: never
+probed, never healthy.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import dataclasses
+import hashlib
+import io
+import posixpath
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+import pulumi
+from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
+
+from .config import GpuRuntimeLayer, NodeSpec
+from .errors import FleetError
+from .gpu import probe_source
+from .gpu.baseline import (
+    FleetVerdict, GpuExpectation, NodeVerdict, cuda_version_text, judge_fleet,
+)
+from .providers.base import Props, _entry
+from .providers.file import File
+from .transport import (
+    AuthFailed, Connection, FanOutError, HostError, HostKeyMismatch, HostUnreachable, SshTarget,
+    SudoPasswordRequired, fan_out,
+)
+
+PYNVML_DIST = "nvidia-ml-py"
+DEFAULT_PYNVML_DIR = "/opt/gpu-fleet/lib"
+DEFAULT_PROBE_TIMEOUT_S = 120
+
+#: probe_paths keys -> the probe's arguments; omitted keys keep the probe's defaults, which
+#: are a real node's paths (/proc/driver/nvidia/version, /sys/module, /proc/modules,
+#: /sys/fs/cgroup/cgroup.controllers). Only a test double (the lab) points them elsewhere.
+PROBE_PATH_ARGS = {
+    "nvidia_version_file": "--nvidia-version-file",
+    "sys_module_dir": "--sys-module-dir",
+    "proc_modules": "--proc-modules",
+    "cgroup_controllers": "--cgroup-controllers",
+}
+
+#: errors of the way to a host, not of the node's GPUs: they fail the deployment
+TRANSPORT_ERRORS = (HostUnreachable, HostKeyMismatch, AuthFailed, SudoPasswordRequired)
+
+#: the GpuBaseline inputs; a change in any of them re-runs the probes on `up`
+INPUT_KEYS = ("nodes", "pending", "driver_version", "cuda_runtime", "required_cgroup_controllers",
+              "require_ntp", "probe_paths", "pynvml_dir", "pynvml_version", "pynvml_sha256",
+              "probe_sha256", "probe_timeout_s", "max_parallel", "triggers")
+OUTPUT_KEYS = ("verdicts", "healthy_nodes", "failed_nodes", "pending_nodes", "problems", "summary")
+
+
+# ---- the pinned bindings -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PinnedPynvml:
+    version: str
+    source: str
+    sha256: str
+
+
+def _record_sha256(dist: metadata.Distribution, name: str) -> Optional[str]:
+    """The hex SHA-256 the wheel's RECORD lists for `name` (None: not listed)."""
+    record = dist.read_text("RECORD") or ""
+    for row in csv.reader(io.StringIO(record)):
+        if row and row[0] == name and len(row) > 1 and row[1].startswith("sha256="):
+            digest = row[1].split("=", 1)[1]
+            return base64.urlsafe_b64decode(digest + "=" * (-len(digest) % 4)).hex()
+    return None
+
+
+def pinned_pynvml() -> PinnedPynvml:
+    """The single-file `pynvml.py` of the project's pinned nvidia-ml-py, checked against its RECORD."""
+    try:
+        dist = metadata.distribution(PYNVML_DIST)
+    except metadata.PackageNotFoundError:
+        raise FleetError(f"{PYNVML_DIST} is not installed in the project's virtualenv "
+                         "(it is pinned in requirements.txt; run `make setup`)") from None
+    path = Path(str(dist.locate_file("pynvml.py")))
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise FleetError(f"cannot read {path} of {PYNVML_DIST} {dist.version}: {e}") from None
+    sha = hashlib.sha256(data).hexdigest()
+    recorded = _record_sha256(dist, "pynvml.py")
+    if recorded is not None and recorded != sha:
+        raise FleetError(f"{path} does not match the RECORD of {PYNVML_DIST} {dist.version} "
+                         f"(sha256 {sha}, recorded {recorded}); reinstall it (`make setup`)")
+    return PinnedPynvml(version=dist.version, source=data.decode("utf-8"), sha256=sha)
+
+
+# ---- probing -------------------------------------------------------------------------------
+
+def probe_args(paths: Optional[Mapping[str, str]]) -> list[str]:
+    """`probe_paths` as the probe's command-line arguments (stable order)."""
+    out: list[str] = []
+    for key, value in sorted((paths or {}).items()):
+        if key not in PROBE_PATH_ARGS:
+            raise FleetError(f"probe_paths.{key}: unknown; expected one of "
+                             f"{', '.join(sorted(PROBE_PATH_ARGS))}")
+        if not isinstance(value, str) or not value.startswith("/"):
+            raise FleetError(f"probe_paths.{key}: {value!r} is not an absolute path")
+        out += [PROBE_PATH_ARGS[key], value]
+    return out
+
+
+def probe_command(props: Props) -> list[str]:
+    """The node-side command; the probe's source goes on stdin. Read-only: no bytecode written;
+    `timeout` kills a hung NVML call on the node itself."""
+    return ["timeout", "-k", "5", str(int(props["probe_timeout_s"])), "env",
+            f"PYTHONPATH={props['pynvml_dir']}", "PYTHONDONTWRITEBYTECODE=1",
+            "python3", "-", *probe_args(props.get("probe_paths"))]
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    node: str
+    document: Optional[str] = None  # the probe's stdout when it exited 0
+    failure: Optional[str] = None   # why no document: exit code and output, naming the node
+
+
+def _tail(text: str, n: int = 600) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else "... " + text[-n:]
+
+
+def probe_node(conn: Connection, props: Props) -> ProbeRun:
+    """One SSH round trip. Transport errors propagate; a probe that ran and failed is a result."""
+    name = conn.t.name
+    conn.connect()
+    timeout = int(props["probe_timeout_s"])
+    try:
+        res = conn.run(probe_command(props), mutating=False, stdin=probe_source().encode(),
+                       timeout=timeout + 30)
+    except TRANSPORT_ERRORS:
+        raise
+    except HostError as e:
+        if e.rc in (124, 137):
+            why = f"the probe did not finish within {timeout} s (a hung NVML call?)"
+        elif e.rc == 127:
+            why = "python3 (or timeout/env) is missing on the node"
+        else:
+            why = f"the probe exited {e.rc if e.rc is not None else 'without an exit code'}"
+        out = f": {_tail(e.output)}" if e.output.strip() else ""
+        return ProbeRun(name, failure=f"node {name}: {why}{out}")
+    if not res.stdout.strip():
+        err = f" (stderr: {_tail(res.stderr)})" if res.stderr.strip() else ""
+        return ProbeRun(name, failure=f"node {name}: the probe printed nothing{err}")
+    return ProbeRun(name, document=res.stdout)
+
+
+# ---- the verdict (pure) ----------------------------------------------------------------------
+
+def expectations(props: Props) -> dict[str, GpuExpectation]:
+    return {
+        n["name"]: GpuExpectation(
+            node=n["name"], gpu_count=int(n["gpu_count"]), gpu_model=n["gpu_model"],
+            driver_version=props["driver_version"], cuda_runtime=props["cuda_runtime"],
+            required_cgroup_controllers=tuple(props.get("required_cgroup_controllers") or ()),
+            require_ntp=bool(props.get("require_ntp")))
+        for n in props["nodes"]
+    }
+
+
+def node_output(v: NodeVerdict) -> dict[str, Any]:
+    """One node's stack output."""
+    return {
+        "verdict": v.status,
+        "reasons": list(v.reasons),
+        "count": v.gpu_count,
+        "uuids": list(v.uuids),
+        "models": sorted(set(v.models)),
+        "driver": v.driver_version,
+        "nvml_version": v.nvml_version,
+        "kernel_module": v.kernel_module_version,
+        "cuda": cuda_version_text(v.cuda_driver_version) if v.cuda_driver_version else None,
+        "cuda_driver_version": v.cuda_driver_version,
+        "compute_capability": sorted(set(v.compute_capability)),
+        "bf16": v.bf16,
+    }
+
+
+def fleet_verdict(props: Props, runs: Mapping[str, ProbeRun]) -> FleetVerdict:
+    """Judge what the probes returned; a node without a document fails with the reason why."""
+    docs = {n: r.document for n, r in runs.items() if r.document is not None}
+    fv = judge_fleet(expectations(props), docs, pending=props.get("pending") or [])
+    nodes = dict(fv.nodes)
+    for n, r in runs.items():
+        if r.document is None and n in nodes:
+            nodes[n] = dataclasses.replace(nodes[n], status="failed", reasons=(r.failure,))
+    return dataclasses.replace(fv, nodes=nodes)
+
+
+def baseline_outputs(fv: FleetVerdict) -> dict[str, Any]:
+    summary = fv.report().splitlines()[0]
+    return {
+        "verdicts": {n: node_output(v) for n, v in fv.nodes.items()},
+        "healthy_nodes": fv.passed,
+        "failed_nodes": fv.failed,
+        "pending_nodes": fv.pending,
+        "problems": list(fv.problems),
+        "summary": summary,
+    }
+
+
+def inputs_of(props: Props) -> Props:
+    return {k: props.get(k) for k in INPUT_KEYS}
+
+
+class GpuBaselineProvider(ResourceProvider):
+    """Probes every node (read-only) on create, update and read; diff only compares inputs."""
+
+    def run(self, props: Props) -> Props:
+        nodes = props["nodes"]
+        runs: dict[str, ProbeRun] = {}
+        if nodes:
+            targets = []
+            for n in nodes:
+                t = SshTarget.from_dict(n["conn"])
+                if t.name != n["name"]:
+                    t = dataclasses.replace(t, name=n["name"])
+                targets.append(t)
+            try:
+                runs = fan_out(targets, lambda c: probe_node(c, props),
+                               max_parallel=int(props.get("max_parallel") or 16))
+            except FanOutError as e:
+                raise FleetError(f"GPU baseline: cannot probe {len(e.failures)} node(s) over SSH "
+                                 f"(a transport error, not a GPU verdict):\n{e}") from None
+            if not any(r.document is not None for r in runs.values()):
+                raise FleetError("GPU baseline: not one node could be probed:\n"
+                                 + "\n".join(f"  - {runs[n['name']].failure}" for n in nodes))
+        return {**inputs_of(props), **baseline_outputs(fleet_verdict(props, runs))}
+
+    @_entry
+    def create(self, props: Props) -> CreateResult:
+        return CreateResult(id_="gpu-baseline", outs=self.run(props))
+
+    @_entry
+    def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
+        return UpdateResult(outs=self.run(news))
+
+    @_entry
+    def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
+        changed = [k for k in INPUT_KEYS if olds.get(k) != news.get(k)]
+        return DiffResult(changes=bool(changed), replaces=[], stables=[],
+                          delete_before_replace=False)
+
+    @_entry
+    def read(self, id_: str, props: Props) -> ReadResult:
+        return ReadResult(id_=id_, outs=self.run(props))
+
+    def delete(self, _id: str, props: Props) -> None:
+        return None  # probing changed nothing on the nodes
+
+
+class GpuBaseline(Resource, module="gpu", name="GpuBaseline"):
+    """The fleet's GPU baseline: one probe per node, the verdicts, the healthy nodes."""
+
+    verdicts: pulumi.Output[dict]
+    healthy_nodes: pulumi.Output[list]
+    failed_nodes: pulumi.Output[list]
+    pending_nodes: pulumi.Output[list]
+    problems: pulumi.Output[list]
+    summary: pulumi.Output[str]
+
+    def __init__(self, name: str, *, nodes: list[dict], pending: list[str], driver_version: str,
+                 cuda_runtime: str, pynvml_dir: str, pynvml_version: str, pynvml_sha256: str,
+                 probe_paths: Optional[Mapping[str, str]] = None,
+                 required_cgroup_controllers: Sequence[str] = (), require_ntp: bool = False,
+                 probe_timeout_s: int = DEFAULT_PROBE_TIMEOUT_S, max_parallel: int = 16,
+                 triggers: Optional[pulumi.Input[dict]] = None,
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        props: dict[str, Any] = {
+            "nodes": nodes, "pending": list(pending), "driver_version": driver_version,
+            "cuda_runtime": cuda_runtime, "required_cgroup_controllers": list(required_cgroup_controllers),
+            "require_ntp": require_ntp, "probe_paths": dict(probe_paths or {}),
+            "pynvml_dir": pynvml_dir, "pynvml_version": pynvml_version,
+            "pynvml_sha256": pynvml_sha256, "probe_sha256": hashlib.sha256(probe_source().encode()).hexdigest(),
+            "probe_timeout_s": probe_timeout_s, "max_parallel": max_parallel,
+            "triggers": triggers or {},
+        }
+        props.update({k: None for k in OUTPUT_KEYS})
+        super().__init__(GpuBaselineProvider(), name, props, opts)
+
+
+# ---- the component -------------------------------------------------------------------------
+
+def _abs_dir(path: str, what: str) -> str:
+    if not path.startswith("/") or posixpath.normpath(path) != path.rstrip("/") or path == "/":
+        raise FleetError(f"{what}: {path!r} is not a normalized absolute directory")
+    return path.rstrip("/")
+
+
+class GpuRuntime(pulumi.ComponentResource):
+    """The pinned pynvml on every reachable GPU node and the fleet's GPU baseline verdicts."""
+
+    healthy_nodes: pulumi.Output[list]
+    verdicts: pulumi.Output[dict]
+    problems: pulumi.Output[list]
+
+    def __init__(self, name: str, nodes: Iterable[tuple[NodeSpec, dict]], layer: GpuRuntimeLayer, *,
+                 pynvml_dir: str = DEFAULT_PYNVML_DIR,
+                 probe_paths: Optional[Mapping[str, str]] = None,
+                 required_cgroup_controllers: Sequence[str] = (), require_ntp: bool = False,
+                 probe_timeout_s: int = DEFAULT_PROBE_TIMEOUT_S, max_parallel: int = 16,
+                 triggers: Optional[pulumi.Input[dict]] = None,
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        """`nodes`: (NodeSpec, conn) pairs, conn from `components.hosts.conn_input`; nodes without
+        GPUs are ignored, `unreachable` ones are pending (no file, no probe). `probe_paths`
+        overrides the probe's kernel-fact paths (keys of PROBE_PATH_ARGS; only the lab's test
+        double needs it). `triggers`: anything whose change must re-run the probes on `up`."""
+        super().__init__("gpu-fleet:gpu:GpuRuntime", name, None, opts)
+        pynvml_dir = _abs_dir(pynvml_dir, "pynvml_dir")
+        probe_args(probe_paths)  # reject bad paths before any resource is declared
+        pinned = pinned_pynvml()
+        gpu_nodes = [(n, c) for n, c in nodes if n.gpus is not None]
+        reachable = [(n, c) for n, c in gpu_nodes if n.owner != "unreachable"]
+        self.pending = [n.name for n, _ in gpu_nodes if n.owner == "unreachable"]
+        self.pynvml = {"version": pinned.version, "sha256": pinned.sha256,
+                       "path": f"{pynvml_dir}/pynvml.py"}
+
+        self.files: list[File] = []
+        for n, conn in reachable:
+            if conn.get("name") != n.name:
+                raise FleetError(f"GpuRuntime: the connection for node {n.name} names "
+                                 f"{conn.get('name')!r}")
+            self.files.append(File(
+                f"{name}-{n.name}-pynvml", conn=conn, path=self.pynvml["path"],
+                content=pinned.source, mode="0644", owner="root", group="root",
+                opts=pulumi.ResourceOptions(parent=self)))
+
+        self.baseline = GpuBaseline(
+            f"{name}-baseline",
+            nodes=[{"name": n.name, "conn": conn, "gpu_count": n.gpus.count,
+                    "gpu_model": n.gpus.model} for n, conn in reachable],
+            pending=self.pending, driver_version=layer.driver_version,
+            cuda_runtime=layer.cuda_runtime, pynvml_dir=pynvml_dir,
+            pynvml_version=pinned.version, pynvml_sha256=pinned.sha256,
+            probe_paths=probe_paths, required_cgroup_controllers=required_cgroup_controllers,
+            require_ntp=require_ntp, probe_timeout_s=probe_timeout_s, max_parallel=max_parallel,
+            triggers=triggers,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.files)))
+
+        self.healthy_nodes = self.baseline.healthy_nodes
+        self.verdicts = self.baseline.verdicts
+        self.problems = self.baseline.problems
+        self.failed_nodes = self.baseline.failed_nodes
+        self.summary = self.baseline.summary
+
+        def warn(args: list) -> None:
+            verdicts, problems = args
+            lines = [f"fleet: {p}" for p in problems or []]
+            for node, v in (verdicts or {}).items():
+                if v.get("verdict") == "failed":
+                    lines += [f"{node} kept out of Slurm: {r}" for r in v.get("reasons") or []]
+            if lines:
+                pulumi.log.warn("GPU baseline:\n  " + "\n  ".join(lines), resource=self)
+
+        pulumi.Output.all(self.verdicts, self.problems).apply(warn)
+        self.register_outputs({"healthy_nodes": self.healthy_nodes, "verdicts": self.verdicts,
+                               "problems": self.problems, "pynvml": self.pynvml})
+
+    @classmethod
+    def for_stack(cls, cfg, root: Optional[Path] = None, *,
+                  triggers: Optional[pulumi.Input[dict]] = None,
+                  opts: Optional[pulumi.ResourceOptions] = None) -> "GpuRuntime":
+        """The layer for a stack: every GPU node of `cfg` with its connection. Optional config
+        fields (`gpu_runtime.probe_paths`, `.pynvml_dir`, `.required_cgroup_controllers`,
+        `.require_ntp`, `.probe_timeout_s`) are used when the config model has them."""
+        from .hosts import conn_input
+
+        layer = cfg.gpu_runtime
+        root = root or Path.cwd()
+        extra: dict[str, Any] = {}
+        for field in ("pynvml_dir", "required_cgroup_controllers", "require_ntp", "probe_timeout_s"):
+            value = getattr(layer, field, None)
+            if value is not None:
+                extra[field] = value
+        paths = getattr(layer, "probe_paths", None)
+        if paths is not None:
+            dumped = paths.model_dump() if hasattr(paths, "model_dump") else dict(paths)
+            extra["probe_paths"] = {k: v for k, v in dumped.items() if v is not None}
+        return cls("gpu", [(n, conn_input(n, cfg.ssh, root)) for n in cfg.nodes if n.gpus],
+                   layer, max_parallel=cfg.ssh.max_parallel, triggers=triggers, opts=opts, **extra)

@@ -1,0 +1,104 @@
+"""SlurmPackages: the versioned Slurm package repository on the storage host.
+
+The seed builds its own Slurm .debs and publishes them to a local repository
+on storage, one directory per release, with Packages.gz and checksums, so every
+host installs the same binaries and an upgrade is "publish the new directory,
+then move hosts". Here:
+
+- `publish` copies the release's .debs (every .deb in `source_dir` whose version
+  is the release's Debian version) into `<root>/slurm/<release>/`, writes
+  `Packages`, `Packages.gz`, `SHA256SUMS` and `release.json` (version, source
+  hash), and is verified by `sha256sum -c`. A new release is a replacement, and
+  Pulumi creates the replacement before deleting the old one: the new directory
+  is published before any host moves to it.
+- storage serves the repository read-only over HTTP (a systemd unit);
+- each host gets an apt source for the release directory; its PackageSet then
+  installs exact versions and holds them.
+
+Releases are trusted by checksum and by the one-way path from the storage host;
+signing them (a `Release` file + key) is left to the real fleet's build step.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pulumi
+
+from .config import FleetConfig
+from .hosts import conn_input
+from .providers import CommandWithVerify, File, SystemdUnit
+
+REPO_ROOT = "/srv/gpu-fleet/repo"
+PORT = 8787
+
+# $1 source dir, $2 release dir, $3 debian version, $4 release.json text
+_PUBLISH = r"""
+set -eu
+src="$1"; dst="$2"; ver="$3"
+tmp="$dst.tmp.$$"; rm -rf "$tmp"; mkdir -p "$tmp"
+n=0
+for deb in "$src"/*.deb; do
+  [ -e "$deb" ] || continue
+  [ "$(dpkg-deb -f "$deb" Version)" = "$ver" ] || continue
+  cp -- "$deb" "$tmp/"; n=$((n+1))
+done
+[ "$n" -gt 0 ] || { echo "no .deb with version $ver in $src" >&2; rm -rf "$tmp"; exit 4; }
+cd "$tmp"
+for deb in *.deb; do
+  dpkg-deb -f "$deb"
+  echo "Filename: ./$deb"
+  echo "Size: $(stat -c %s "$deb")"
+  echo "SHA256: $(sha256sum "$deb" | cut -d' ' -f1)"
+  echo
+done > Packages
+gzip -9nc Packages > Packages.gz
+printf '%s\n' "$4" > release.json
+sha256sum *.deb Packages Packages.gz release.json > SHA256SUMS
+cd /; rm -rf "$dst"; mv "$tmp" "$dst"
+echo "published $n packages to $dst"
+"""
+
+
+def release_name(cfg: FleetConfig) -> str:
+    return cfg.slurm.release.debian_version.replace("+", "_").replace("~", "_")
+
+
+class SlurmPackages(pulumi.ComponentResource):
+    """Publishes the stack's Slurm release on storage and points every Slurm host at it."""
+
+    def __init__(self, cfg: FleetConfig, root, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-fleet:slurm:SlurmPackages", "slurm-packages", None, opts)
+        r = cfg.slurm.release
+        st = cfg.hosts.storage
+        st_conn = conn_input(st, cfg.ssh, root)
+        rel = release_name(cfg)
+        rel_dir = f"{REPO_ROOT}/slurm/{rel}"
+        meta = json.dumps({"slurm": r.version, "debian_version": r.debian_version,
+                           "source_sha256": r.source_sha256}, sort_keys=True)
+        child = pulumi.ResourceOptions(parent=self)
+        self.release = CommandWithVerify(
+            f"slurm-release-{rel}", conn=st_conn,
+            create=["sh", "-c", _PUBLISH, "sh", r.source_dir, rel_dir, r.debian_version, meta],
+            verify=["sh", "-c", 'cd "$1" && sha256sum --quiet -c SHA256SUMS', "sh", rel_dir],
+            delete=["rm", "-rf", rel_dir], triggers={"release": meta}, opts=child)
+        self.server = SystemdUnit(
+            "package-repo-http", conn=st_conn, unit="gpu-fleet-repo.service",
+            content=(
+                "[Unit]\nDescription=gpu-fleet package repository (read-only HTTP)\n"
+                "After=network-online.target\n\n[Service]\nDynamicUser=yes\n"
+                f"ExecStart=/usr/bin/python3 -m http.server {PORT} --bind {st.address} "
+                f"--directory {REPO_ROOT}\nRestart=on-failure\nProtectSystem=strict\n"
+                "ProtectHome=yes\nNoNewPrivileges=yes\n\n[Install]\nWantedBy=multi-user.target\n"),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.release]))
+        self.url = f"http://{st.address}:{PORT}/slurm/{rel}/"
+        self.sources: dict[str, File] = {}
+        hosts = [cfg.hosts.controller, *cfg.slurm_nodes()]
+        for h in hosts:
+            self.sources[h.name] = File(
+                f"{h.name}-slurm-apt-source", conn=conn_input(h, cfg.ssh, root),
+                path="/etc/apt/sources.list.d/gpu-fleet-slurm.list",
+                content=f"# gpu-fleet: Slurm release {r.version} ({r.debian_version}) from {st.name}\n"
+                        f"deb [trusted=yes] {self.url} ./\n",
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.server]))
+        self.register_outputs({"url": self.url, "release": rel})
