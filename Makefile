@@ -3,10 +3,12 @@
 STACK ?= lab
 PULUMI := bin/pulumi
 
-.PHONY: setup test preview up destroy refresh stack policy
+.PHONY: setup test preview up destroy refresh stack policy lab lab-down
 
+# Set-up; as root it also brings the lab up and deploys the lab stack (GPU_FLEET_SETUP_LAB=0 skips).
 setup:
 	scripts/setup.sh
+	@if [ "$$(id -u)" = 0 ] && [ "$${GPU_FLEET_SETUP_LAB:-1}" != 0 ]; then $(MAKE) --no-print-directory lab; fi
 
 test:
 	scripts/test.sh
@@ -33,3 +35,13 @@ destroy: stack
 policy: stack
 	$(PULUMI) preview --stack $(STACK) --policy-pack policies \
 	  $(if $(wildcard policies/stacks/$(STACK).json),--policy-pack-config policies/stacks/$(STACK).json) $(ARGS)
+
+# The lab: local hosts (python -m lab up) and the lab stack deployed on them. --refresh
+# reconciles state recorded for hosts a previous `lab down` wiped.
+lab:
+	.venv/bin/python -m lab up
+	@$(MAKE) --no-print-directory stack STACK=lab
+	$(PULUMI) up --stack lab --yes --refresh --skip-preview $(ARGS)
+
+lab-down:
+	.venv/bin/python -m lab down

@@ -14,6 +14,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "components", "stacks")
 
@@ -59,10 +61,18 @@ class PulumiProject:
             else:
                 shutil.copy2(src, dest)
         (proj / "stacks").mkdir(exist_ok=True)
-        # A fresh stack: drop any salt a developer's own `stack init` wrote into the copy.
+        # A fresh stack: drop the salt and secrets a developer's own `make stack` wrote into
+        # the copy (they are encrypted for another passphrase).
         for f in (proj / "stacks").glob("Pulumi.*.yaml"):
-            lines = f.read_text().splitlines(keepends=True)
-            f.write_text("".join(x for x in lines if not x.startswith("encryptionsalt:")))
+            text = f.read_text()
+            data = yaml.safe_load(text) or {}
+            cfg = data.get("config") or {}
+            secure = [k for k, v in cfg.items() if isinstance(v, dict) and "secure" in v]
+            if "encryptionsalt" in data or secure:
+                for k in secure:
+                    del cfg[k]
+                data.pop("encryptionsalt", None)
+                f.write_text(yaml.safe_dump(data, sort_keys=False))
         (proj / ".venv").symlink_to(ROOT / ".venv")
         (tmp / "backend").mkdir()
         env = dict(os.environ)
