@@ -97,6 +97,16 @@ def judge(job: dict[str, str], rc: int, gpus_on_node: int, gres_used_after: Opti
     return fails
 
 
+def judge_sacct(alloc_tres: str, gpu_type: str) -> list[str]:
+    """The job's accounted TRES must count the GPU both generic and typed (the seed's rule)."""
+    fields = dict(f.split("=", 1) for f in alloc_tres.split(",") if "=" in f)
+    fails = []
+    for key in ("gres/gpu", f"gres/gpu:{gpu_type}"):
+        if fields.get(key) != "1":
+            fails.append(f"sacct AllocTRES {alloc_tres!r} does not count {key}=1")
+    return fails
+
+
 class CanaryJobProvider(HostPrimitive):
     """Runs the acceptance on create/update only (a job is an action, not a probe)."""
 
@@ -136,10 +146,22 @@ class CanaryJobProvider(HostPrimitive):
                 f"canary acceptance on {props['node']} failed; partitions {', '.join(props['partitions'])} "
                 "set INACTIVE:\n  - " + "\n  - ".join(fails) + "\n  job output:\n    "
                 + (res.stdout + res.stderr).strip().replace("\n", "\n    "))
+        if props.get("accounting"):
+            fails = judge_sacct(self._sacct(conn, job.get("job", "")), props["gpu_type"])
+            if fails:
+                self._partitions(conn, props, "INACTIVE")
+                raise FleetError(f"canary job {job.get('job')}: accounting check failed; partitions "
+                                 f"{', '.join(props['partitions'])} set INACTIVE:\n  - " + "\n  - ".join(fails))
         self._partitions(conn, props, "UP")
         return {"passed": True, "job_id": job.get("job"), "cuda_visible_devices": job.get("cvd"),
                 "cgroup": job.get("cgroup"), "marker_check": job.get("marker"),
                 "nodes_ready": ready.stdout.strip().splitlines()}
+
+    def _sacct(self, conn, job_id: str) -> str:
+        """AllocTRES of the job as accounting recorded it (records land a few seconds late)."""
+        script = ('for i in $(seq 30); do t=$(sacct -X -n -P -j "$1" -o AllocTRES 2>/dev/null | head -n1); '
+                  '[ -n "$t" ] && { echo "$t"; exit 0; }; sleep 1; done; echo')
+        return conn.run(["sh", "-c", script, "sh", job_id], mutating=False, check=False, timeout=60).stdout.strip()
 
     def _munge_gate(self, conn, props: Props) -> None:
         """A credential made on the controller must decode on every node (one key, one clock)."""
@@ -190,13 +212,14 @@ class CanaryJob(Resource, module="slurm", name="CanaryJob"):
     def __init__(self, name: str, *, conn: dict, node: str, gpus: int, gpu_type: str, user: str,
                  nodes: list[str], partitions: list[str], partition: str, job_root: str,
                  triggers: pulumi.Input[dict], node_conns: Optional[list[dict]] = None,
+                 accounting: bool = False,
                  marker: Optional[str] = None, timeout_s: int = 120,
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__(
             CanaryJobProvider(), name,
             {"conn": conn, "node": node, "gpus": gpus, "gpu_type": gpu_type, "user": user,
              "nodes": nodes, "partitions": partitions, "partition": partition, "job_root": job_root,
-             "node_conns": node_conns or [],
+             "node_conns": node_conns or [], "accounting": accounting,
              "marker": marker,
              "timeout_s": timeout_s, "triggers": triggers, "passed": None, "job_id": None,
              "cuda_visible_devices": None, "cgroup": None, "nodes_ready": None},

@@ -17,6 +17,8 @@ class Fleet(pulumi.ComponentResource):
 
     def __init__(self, name: str, cfg: FleetConfig, root: Optional[Path] = None,
                  munge_key: Optional[pulumi.Output[str]] = None,
+                 db_password: Optional[pulumi.Output[str]] = None,
+                 jwt_key: Optional[pulumi.Output[str]] = None,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-fleet:index:Fleet", name, None, opts)
         self.cfg = cfg
@@ -25,5 +27,5 @@ class Fleet(pulumi.ComponentResource):
         self.slurm = None
         if cfg.slurm.enabled and munge_key is not None:
             self.slurm = SlurmCluster(cfg, self.inventory, munge_key, root or Path.cwd(),
-                                      pulumi.ResourceOptions(parent=self))
+                                      db_password, jwt_key, pulumi.ResourceOptions(parent=self))
         self.register_outputs({"summary": self.summary})

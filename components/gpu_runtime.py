@@ -385,15 +385,16 @@ class GpuRuntime(pulumi.ComponentResource):
         self.summary = self.baseline.summary
 
         def warn(args: list) -> None:
-            verdicts, problems = args
-            lines = [f"fleet: {p}" for p in problems or []]
-            for node, v in (verdicts or {}).items():
-                if v.get("verdict") == "failed":
-                    lines += [f"{node} kept out of Slurm: {r}" for r in v.get("reasons") or []]
-            if lines:
-                pulumi.log.warn("GPU baseline:\n  " + "\n  ".join(lines), resource=self)
+            verdicts, problems, healthy, summary = args
+            failed = {n: v for n, v in (verdicts or {}).items() if v.get("verdict") == "failed"}
+            if not failed and not problems:
+                return
+            lines = [f"{summary}; healthy: {', '.join(healthy or []) or 'none'}"]
+            lines += [f"fleet: {p}" for p in problems or []]
+            lines += [r for v in failed.values() for r in v.get("reasons") or []]
+            pulumi.log.warn("\n  ".join(lines), resource=self)
 
-        pulumi.Output.all(self.verdicts, self.problems).apply(warn)
+        pulumi.Output.all(self.verdicts, self.problems, self.healthy_nodes, self.summary).apply(warn)
         self.register_outputs({"healthy_nodes": self.healthy_nodes, "verdicts": self.verdicts,
                                "problems": self.problems, "pynvml": self.pynvml})
 

@@ -18,7 +18,10 @@ from pathlib import Path
 
 import pulumi
 
+from typing import Optional
+
 from .acceptance import CanaryJob
+from .accounting import Accounting
 from .config import FleetConfig, HostSpec
 from .hosts import conn_input
 from .inventory import Inventory
@@ -46,10 +49,14 @@ class SlurmCluster(pulumi.ComponentResource):
     """slurmctld on the controller, slurmd on every partition node, one MUNGE key, one config."""
 
     def __init__(self, cfg: FleetConfig, inventory: Inventory, munge_key: pulumi.Output[str],
-                 root: Path, opts: pulumi.ResourceOptions | None = None):
+                 root: Path, db_password: Optional[pulumi.Output[str]] = None,
+                 jwt_key: Optional[pulumi.Output[str]] = None,
+                 opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-fleet:slurm:SlurmCluster", "slurm", None, opts)
         s = cfg.slurm
-        self.slurm_conf = render_slurm_conf(cfg)
+        accounting = cfg.accounting.enabled and db_password is not None and jwt_key is not None
+        self.slurm_conf = render_slurm_conf(
+            cfg, accounting_host=cfg.hosts.controller.name if accounting else None)
         self.cgroup_conf = render_cgroup_conf(cfg)
         self.gres_conf = render_gres_conf(cfg)
         confs = {"slurm.conf": self.slurm_conf, "cgroup.conf": self.cgroup_conf, "gres.conf": self.gres_conf}
@@ -60,7 +67,7 @@ class SlurmCluster(pulumi.ComponentResource):
         nodes = cfg.slurm_nodes()
         self.packages = SlurmPackages(cfg, root, pulumi.ResourceOptions(parent=self))
         daemons: list[pulumi.Resource] = []
-        applied: dict[str, list[pulumi.Resource]] = {}
+        self.accounting_check = None
 
         def host_layer(host: HostSpec, packages: dict[str, str], is_node: bool) -> None:
             conn = conn_input(host, cfg.ssh, root)
@@ -94,6 +101,11 @@ class SlurmCluster(pulumi.ComponentResource):
                                          'i=$((i+1)); done'],
                     verify=["sh", "-c", " && ".join(f"test -c {d}" for d in devs.split())],
                     delete=["rm", "-f", *devs.split()], opts=after_pkgs))
+            acct = None
+            if accounting and not is_node:
+                acct = Accounting(cfg, root, db_password, jwt_key, depends_on=[pkgs, munge],
+                                  opts=pulumi.ResourceOptions(parent=self))
+                deps.append(acct.ready)
             unit = "slurmd.service" if is_node else "slurmctld.service"
             daemon = SystemdUnit(
                 f"{h}-{unit.split('.')[0]}", conn=conn, unit=unit,
@@ -101,7 +113,9 @@ class SlurmCluster(pulumi.ComponentResource):
                 triggers={"restart": restart, "key": key_hash},
                 opts=pulumi.ResourceOptions(parent=self, depends_on=deps))
             daemons.append(daemon)
-            applied[h] = [*ids, pkgs, key, munge, *files, daemon]
+            if acct is not None:
+                self.accounting_check = acct.after_controller(cfg, daemon, jwt_key)
+                daemons.append(self.accounting_check)
 
         host_layer(ctl, s.release.controller_packages(), is_node=False)
         for n in nodes:
@@ -120,7 +134,7 @@ class SlurmCluster(pulumi.ComponentResource):
                 "canary-acceptance", conn=ctl_conn, node=canary.name, gpus=canary.gpus.count,
                 gpu_type=canary.gpus.type, user=s.canary_user, nodes=[n.name for n in nodes],
                 partitions=[p.name for p in s.partitions], partition=ACCEPTANCE_PARTITION,
-                node_conns=[conn_input(n, cfg.ssh, root) for n in nodes],
+                node_conns=[conn_input(n, cfg.ssh, root) for n in nodes], accounting=accounting,
                 job_root="/tmp", marker=None,
                 timeout_s=cfg.acceptance.job_timeout_s,
                 triggers={"restart": restart, "slurm.conf": _sha(self.slurm_conf)[:16], "key": key_hash,

@@ -74,6 +74,8 @@ def render_slurm_conf(cfg: FleetConfig, accounting_host: str | None = None) -> s
             "AccountingStorageTRES=" + ",".join(
                 ["gres/gpu"] + sorted({f"gres/gpu:{n.gpus.type}" for n in cfg.slurm_nodes() if n.gpus})),
             "JobAcctGatherType=jobacct_gather/cgroup",
+            "AuthAltTypes=auth/jwt",
+            "AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key",
         ]
     lines += ["", "# nodes"]
     for n in cfg.slurm_nodes():

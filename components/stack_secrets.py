@@ -25,6 +25,8 @@ from .errors import ConfigError
 #: key -> (generator, what it is)
 STACK_SECRETS: dict[str, tuple[Callable[[], str], str]] = {
     "munge_key": (lambda: base64.b64encode(secrets.token_bytes(1024)).decode(), "MUNGE key"),
+    "db_password": (lambda: secrets.token_urlsafe(32), "slurm database password"),
+    "jwt_key": (lambda: base64.b64encode(secrets.token_bytes(48)).decode(), "slurmrestd JWT signing key"),
 }
 
 

@@ -48,31 +48,39 @@ class CommandWithVerifyProvider(HostPrimitive):
     def plan(self, props: Props, obs: Observed, record: Props) -> list[Step]:
         if obs["verified"] and not record.get("_force"):
             return []
-        return [Step(props["create"], "create")]
+        stdin = props.get("create_stdin")
+        return [Step(props["create"], "create", stdin=stdin.encode() if stdin else None,
+                     stdin_secret=bool(stdin))]
 
     def apply(self, props: Props, record: Props) -> Props:
         conn = self._conn(props)
         for step in self.plan(props, {"verified": False}, {"_force": True}):
-            conn.run(step.argv, mutating=True)
+            conn.run(step.argv, mutating=True, stdin=step.stdin, stdin_secret=step.stdin_secret)
         if not self.probe(conn, props)["verified"]:
             raise NotConverged(f"host {conn.t.name}: verify command failed after create")
-        return {**props, "verified": True, "inputs_hash": inputs_hash(props)}
+        return {**{k: v for k, v in props.items() if k != "create_stdin"}, "verified": True,
+                "inputs_hash": inputs_hash(props)}
 
     def plan_delete(self, props: Props, obs: Observed) -> list[Step]:
         return [Step(props["delete"], "delete")] if props.get("delete") else []
 
 
 class CommandWithVerify(Resource, module="host", name="CommandWithVerify"):
-    """Run `create` on a host until `verify` passes; `delete` on destroy."""
+    """Run `create` on a host until `verify` passes; `delete` on destroy.
+
+    `create_stdin` (e.g. a password, as a Pulumi secret) goes to create's stdin, masked
+    in every log and error, and is never copied into outputs."""
 
     verified: pulumi.Output[bool]
 
     def __init__(self, name: str, *, conn: dict, create: list[str], verify: list[str],
                  delete: Optional[list[str]] = None, triggers: Optional[dict] = None,
+                 create_stdin: Optional[pulumi.Input[str]] = None,
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__(
             CommandWithVerifyProvider(), name,
             {"conn": conn, "create": create, "verify": verify, "delete": delete,
+             "create_stdin": create_stdin,
              "triggers": triggers or {}, "verified": None, "inputs_hash": None},
             opts,
         )

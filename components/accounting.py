@@ -1,0 +1,245 @@
+"""The accounting layer: MariaDB on loopback, slurmdbd, slurmrestd on a Unix socket.
+
+All on the controller (the seed's storage server), before slurmctld starts:
+MariaDB with its data in its own directory and bound to 127.0.0.1; the slurm
+database user whose password is a Pulumi secret; `slurmdbd.conf` 0600 owned by
+slurm; slurmdbd; the cluster registered; slurmrestd as its own unprivileged user
+on a Unix socket only, with a JWT signing key (a Pulumi secret, 0600).
+
+Verified on every rollout by `AccountingCheck`, from the kernel's view, not the
+config: MariaDB's listening sockets are loopback only, nothing listens on TCP for
+slurmrestd, and slurmrestd answers on its socket with a token minted on the host
+(the token never leaves it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Optional
+
+import pulumi
+from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, UpdateResult
+
+from .config import FleetConfig
+from .errors import FleetError
+from .hosts import conn_input
+from .providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
+from .providers.base import HostPrimitive, Props, _entry, target_of
+from .slurm_render import HEADER
+from .transport import connection
+from .transport.command import Secret, sh
+
+JWT_KEY = "/etc/slurm/jwt_hs256.key"
+RESTD_SOCKET_DIR = "/run/slurmrestd"
+RESTD_SOCKET = f"{RESTD_SOCKET_DIR}/slurmrestd.socket"
+MARIADB_CNF = "/etc/mysql/mariadb.conf.d/60-gpu-fleet.cnf"
+
+
+def render_slurmdbd_conf(cfg: FleetConfig, password: str) -> str:
+    a, ctl = cfg.accounting, cfg.hosts.controller
+    return "\n".join([
+        HEADER,
+        "AuthType=auth/munge",
+        "AuthAltTypes=auth/jwt",
+        f"AuthAltParameters=jwt_key={JWT_KEY}",
+        f"DbdHost={ctl.name}",
+        "SlurmUser=slurm",
+        "StorageType=accounting_storage/mysql",
+        "StorageHost=127.0.0.1",
+        "StoragePort=3306",
+        f"StorageUser={a.db_user}",
+        f"StoragePass={password}",
+        f"StorageLoc={a.database}",
+        "PidFile=/run/slurmdbd/slurmdbd.pid",
+        "LogFile=/var/log/slurm/slurmdbd.log",
+    ]) + "\n"
+
+
+def render_mariadb_cnf(cfg: FleetConfig) -> str:
+    return "\n".join([
+        HEADER, "[mysqld]", "bind-address = 127.0.0.1", "skip-name-resolve",
+        f"datadir = {cfg.accounting.datadir}", "innodb_lock_wait_timeout = 900",
+    ]) + "\n"
+
+
+def render_slurmrestd_unit(cfg: FleetConfig) -> str:
+    return (
+        "[Unit]\nDescription=Slurm REST daemon on a Unix socket (gpu-fleet)\n"
+        "After=network.target munge.service slurmctld.service\n\n[Service]\n"
+        f"User={cfg.accounting.restd_user}\nGroup={cfg.accounting.restd_user}\n"
+        "RuntimeDirectory=slurmrestd\nRuntimeDirectoryMode=0755\n"
+        "Environment=SLURM_JWT=daemon\n"
+        f"ExecStart=/usr/sbin/slurmrestd -a rest_auth/jwt unix:{RESTD_SOCKET}\n"
+        "Restart=on-failure\nNoNewPrivileges=yes\n\n[Install]\nWantedBy=multi-user.target\n")
+
+
+# $1 database, $2 user; the password arrives on stdin (never in argv or a log).
+_DB_USER = r"""
+set -eu
+IFS= read -r pw
+esc=$(printf '%s' "$pw" | sed "s/'/''/g")
+mariadb -u root <<SQL
+CREATE DATABASE IF NOT EXISTS \`$1\`;
+CREATE USER IF NOT EXISTS '$2'@'localhost' IDENTIFIED BY '$esc';
+ALTER USER '$2'@'localhost' IDENTIFIED BY '$esc';
+GRANT ALL PRIVILEGES ON \`$1\`.* TO '$2'@'localhost';
+SQL
+"""
+
+# Listening sockets from the kernel: MariaDB loopback-only, slurmrestd on no TCP port;
+# then slurmrestd answers on its socket with a token minted here (it never leaves the host).
+_CHECK = r"""
+sock="$1"; user="$2"
+echo "== listen"
+ss -Hltnp 2>/dev/null | awk '{print $4, $6}'
+echo "== restd"
+tok=$(runuser -u "$user" -- scontrol token lifespan=60 2>/dev/null | sed -n 's/^SLURM_JWT=//p')
+if [ -z "$tok" ]; then echo "status notoken"; exit 0; fi
+code=$(curl -s -o /dev/null -w '%{http_code}' --unix-socket "$sock" \
+  -H "X-SLURM-USER-NAME: $user" -H "X-SLURM-USER-TOKEN: $tok" http://localhost/slurm/v0.0.38/ping)
+echo "status $code"
+"""
+
+
+def judge_accounting(stdout: str) -> tuple[dict, list[str]]:
+    """Pure: the listening sockets and the REST answer -> (facts, failed checks)."""
+    section, listen, status = None, [], None
+    for line in stdout.splitlines():
+        if line.startswith("== "):
+            section = line[3:]
+        elif section == "listen" and line.strip():
+            listen.append(line.split(None, 1))
+        elif section == "restd" and line.startswith("status "):
+            status = line.split(None, 1)[1]
+    fails = []
+    mysqld = [addr for addr, *proc in listen if proc and ("mariadbd" in proc[0] or "mysqld" in proc[0])]
+    if not mysqld:
+        fails.append("MariaDB is not listening at all")
+    wide = [a for a in mysqld if not (a.startswith("127.0.0.1:") or a.startswith("[::1]:"))]
+    if wide:
+        fails.append(f"MariaDB listens beyond loopback: {', '.join(wide)}")
+    restd_tcp = [a for a, *proc in listen if proc and "slurmrestd" in proc[0]]
+    if restd_tcp:
+        fails.append(f"slurmrestd listens on TCP: {', '.join(restd_tcp)}")
+    if status != "200":
+        fails.append(f"slurmrestd did not answer on its Unix socket (HTTP status {status})")
+    return {"mariadb_listen": sorted(mysqld), "restd_status": status}, fails
+
+
+class AccountingCheckProvider(HostPrimitive):
+    """Runs on create/update (every rollout of the layer); `read` repeats the read-only probe."""
+
+    def key(self, props: Props) -> str:
+        return "accounting-check"
+
+    def _check(self, props: Props) -> dict:
+        conn = connection(target_of(props))
+        conn.connect()
+        res = conn.run(sh(_CHECK, RESTD_SOCKET, props["user"]), mutating=False, check=False)
+        facts, fails = judge_accounting(res.stdout)
+        if fails:
+            raise FleetError(f"host {conn.t.name}: accounting verification failed:\n  - "
+                             + "\n  - ".join(fails))
+        return facts
+
+    @_entry
+    def create(self, props: Props) -> CreateResult:
+        return CreateResult(id_=f"{target_of(props).name}:accounting", outs={**props, **self._check(props)})
+
+    @_entry
+    def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
+        return UpdateResult(outs={**news, **self._check(news)})
+
+    @_entry
+    def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
+        return DiffResult(changes=olds.get("triggers") != news.get("triggers"), replaces=[],
+                          stables=[], delete_before_replace=False)
+
+    def read(self, id_: str, props: Props) -> ReadResult:
+        return ReadResult(id_=id_, outs=props)
+
+    def delete(self, _id: str, props: Props) -> None:
+        return None
+
+
+class AccountingCheck(Resource, module="slurm", name="AccountingCheck"):
+    mariadb_listen: pulumi.Output[list]
+    restd_status: pulumi.Output[str]
+
+    def __init__(self, name: str, *, conn: dict, user: str, triggers: pulumi.Input[dict],
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__(AccountingCheckProvider(), name,
+                         {"conn": conn, "user": user, "triggers": triggers,
+                          "mariadb_listen": None, "restd_status": None}, opts)
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+class Accounting(pulumi.ComponentResource):
+    """MariaDB + slurmdbd (+ slurmrestd) on the controller; `ready` gates slurmctld."""
+
+    def __init__(self, cfg: FleetConfig, root: Path, db_password: pulumi.Output[str],
+                 jwt_key: pulumi.Output[str], depends_on: list[pulumi.Resource],
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-fleet:accounting:Accounting", "accounting", None, opts)
+        a, s = cfg.accounting, cfg.slurm
+        ctl = cfg.hosts.controller
+        conn = conn_input(ctl, cfg.ssh, root)
+        after = lambda *deps: pulumi.ResourceOptions(parent=self, depends_on=[*deps])  # noqa: E731
+        restd_user = Account("restd-account", conn=conn, user=a.restd_user, uid=a.restd_uid,
+                             gid=a.restd_uid, opts=after(*depends_on))
+        pkgs = {"mariadb-server": a.mariadb_version, "slurmdbd": s.release.debian_version,
+                "slurmrestd": s.release.debian_version}
+        packages = PackageSet("accounting-packages", conn=conn,
+                              packages={k: v for k, v in pkgs.items() if v}, hold=True,
+                              opts=after(restd_user, *depends_on))
+        cnf = File("mariadb-config", conn=conn, path=MARIADB_CNF, content=render_mariadb_cnf(cfg),
+                   opts=after(packages))
+        datadir = CommandWithVerify(
+            "mariadb-datadir", conn=conn,
+            create=["sh", "-c", 'set -e; install -d -o mysql -g mysql -m 0750 "$1"; '
+                    '[ -d "$1/mysql" ] || mariadb-install-db --user=mysql --datadir="$1" >/dev/null',
+                    "sh", a.datadir],
+            verify=["test", "-d", f"{a.datadir}/mysql"], delete=["rm", "-rf", a.datadir],
+            opts=after(cnf))
+        mariadb = SystemdUnit("mariadb", conn=conn, unit="mariadb.service",
+                              triggers={"cnf": _sha(render_mariadb_cnf(cfg))}, opts=after(datadir))
+        db_user = CommandWithVerify(
+            "slurm-db-user", conn=conn, create=["sh", "-c", _DB_USER, "sh", a.database, a.db_user],
+            create_stdin=db_password.apply(lambda pw: pw + "\n"),
+            verify=["sh", "-c", 'mariadb -u root -N -e "SELECT 1 FROM mysql.user WHERE user=\'$1\'" | grep -q 1',
+                    "sh", a.db_user],
+            triggers={"password": db_password.apply(_sha)}, opts=after(mariadb))
+        key = File("jwt-key", conn=conn, path=JWT_KEY, content=jwt_key, mode="0600", owner="slurm",
+                   group="slurm", secret=True, opts=after(packages))
+        dbd_conf = File("slurmdbd-conf", conn=conn, path="/etc/slurm/slurmdbd.conf",
+                        content=db_password.apply(lambda pw: render_slurmdbd_conf(cfg, pw)),
+                        mode="0600", owner="slurm", group="slurm", secret=True, opts=after(packages))
+        dbd = SystemdUnit("slurmdbd", conn=conn, unit="slurmdbd.service",
+                          triggers={"conf": db_password.apply(lambda pw: _sha(render_slurmdbd_conf(cfg, pw))),
+                                    "jwt": jwt_key.apply(_sha)},
+                          opts=after(db_user, key, dbd_conf))
+        self.ready = dbd
+        self.restd_unit = render_slurmrestd_unit(cfg)
+        self.conn = conn
+        self.register_outputs({})
+
+    def after_controller(self, cfg: FleetConfig, slurmctld: pulumi.Resource,
+                         jwt_key: pulumi.Output[str]) -> AccountingCheck:
+        """Cluster registration, slurmrestd and the verification, once slurmctld runs."""
+        a = cfg.accounting
+        after = lambda *deps: pulumi.ResourceOptions(parent=self, depends_on=[*deps])  # noqa: E731
+        name = cfg.slurm.cluster_name
+        cluster = CommandWithVerify(
+            "cluster-registration", conn=self.conn, create=["sacctmgr", "-i", "add", "cluster", name],
+            verify=["sh", "-c", 'sacctmgr -n -P list cluster format=cluster | grep -qx "$1"', "sh", name],
+            opts=after(slurmctld))
+        restd = SystemdUnit("slurmrestd", conn=self.conn, unit="slurmrestd.service",
+                            content=self.restd_unit, triggers={"jwt": jwt_key.apply(_sha)},
+                            opts=after(slurmctld))
+        return AccountingCheck("accounting-check", conn=self.conn, user=a.restd_user,
+                               triggers={"unit": _sha(self.restd_unit), "jwt": jwt_key.apply(_sha)},
+                               opts=after(cluster, restd))
