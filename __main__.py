@@ -13,11 +13,14 @@ stack = pulumi.get_stack()
 try:
     cfg = load_stack_config(stack)
     munge_key = required_secret("munge_key", stack_file(stack)) if cfg.slurm.enabled else None
+    acct = cfg.slurm.enabled and cfg.accounting.enabled
+    db_password = required_secret("db_password", stack_file(stack)) if acct else None
+    jwt_key = required_secret("jwt_key", stack_file(stack)) if acct else None
 except FleetError as e:
     # RunError ends the program with the message alone, before any resource exists.
     raise pulumi.RunError(str(e)) from None
 
-fleet = Fleet(stack, cfg, Path(__file__).resolve().parent, munge_key)
+fleet = Fleet(stack, cfg, Path(__file__).resolve().parent, munge_key, db_password, jwt_key)
 pulumi.export("summary", fleet.summary)
 if fleet.slurm is not None and fleet.slurm.canary is not None:
     c = fleet.slurm.canary
