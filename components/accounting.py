@@ -51,7 +51,7 @@ def render_slurmdbd_conf(cfg: FleetConfig, password: str) -> str:
         f"StorageUser={a.db_user}",
         f"StoragePass={password}",
         f"StorageLoc={a.database}",
-        "PidFile=/run/slurmdbd/slurmdbd.pid",
+        "PidFile=/run/slurmdbd.pid",
         "LogFile=/var/log/slurm/slurmdbd.log",
     ]) + "\n"
 
@@ -84,6 +84,9 @@ CREATE DATABASE IF NOT EXISTS \`$1\`;
 CREATE USER IF NOT EXISTS '$2'@'localhost' IDENTIFIED BY '$esc';
 ALTER USER '$2'@'localhost' IDENTIFIED BY '$esc';
 GRANT ALL PRIVILEGES ON \`$1\`.* TO '$2'@'localhost';
+CREATE USER IF NOT EXISTS '$2'@'127.0.0.1' IDENTIFIED BY '$esc';
+ALTER USER '$2'@'127.0.0.1' IDENTIFIED BY '$esc';
+GRANT ALL PRIVILEGES ON \`$1\`.* TO '$2'@'127.0.0.1';
 SQL
 """
 
@@ -96,8 +99,12 @@ ss -Hltnp 2>/dev/null | awk '{print $4, $6}'
 echo "== restd"
 tok=$(runuser -u "$user" -- scontrol token lifespan=60 2>/dev/null | sed -n 's/^SLURM_JWT=//p')
 if [ -z "$tok" ]; then echo "status notoken"; exit 0; fi
-code=$(curl -s -o /dev/null -w '%{http_code}' --unix-socket "$sock" \
-  -H "X-SLURM-USER-NAME: $user" -H "X-SLURM-USER-TOKEN: $tok" http://localhost/slurm/v0.0.38/ping)
+code=$(SOCK="$sock" RUSER="$user" TOK="$tok" python3 -c '
+import os, socket
+s = socket.socket(socket.AF_UNIX); s.settimeout(10); s.connect(os.environ["SOCK"])
+s.sendall(("GET /slurm/v0.0.38/ping HTTP/1.0\r\nX-SLURM-USER-NAME: %s\r\nX-SLURM-USER-TOKEN: %s\r\n\r\n"
+           % (os.environ["RUSER"], os.environ["TOK"])).encode())
+print(s.recv(64).split(b" ")[1].decode())' 2>&1 | tail -n1)
 echo "status $code"
 """
 
@@ -110,8 +117,8 @@ def judge_accounting(stdout: str) -> tuple[dict, list[str]]:
             section = line[3:]
         elif section == "listen" and line.strip():
             listen.append(line.split(None, 1))
-        elif section == "restd" and line.startswith("status "):
-            status = line.split(None, 1)[1]
+        elif section == "restd" and line.startswith("status"):
+            status = line[len("status"):].strip() or None
     fails = []
     mysqld = [addr for addr, *proc in listen if proc and ("mariadbd" in proc[0] or "mysqld" in proc[0])]
     if not mysqld:
@@ -140,7 +147,8 @@ class AccountingCheckProvider(HostPrimitive):
         facts, fails = judge_accounting(res.stdout)
         if fails:
             raise FleetError(f"host {conn.t.name}: accounting verification failed:\n  - "
-                             + "\n  - ".join(fails))
+                             + "\n  - ".join(fails) + "\n  probe output:\n    "
+                             + (res.stdout + res.stderr).strip().replace("\n", "\n    "))
         return facts
 
     @_entry
@@ -192,7 +200,8 @@ class Accounting(pulumi.ComponentResource):
         restd_user = Account("restd-account", conn=conn, user=a.restd_user, uid=a.restd_uid,
                              gid=a.restd_uid, opts=after(*depends_on))
         pkgs = {"mariadb-server": a.mariadb_version, "slurmdbd": s.release.debian_version,
-                "slurmrestd": s.release.debian_version}
+                "slurmrestd": s.release.debian_version,
+                "slurm-wlm-mysql-plugin": s.release.debian_version}
         packages = PackageSet("accounting-packages", conn=conn,
                               packages={k: v for k, v in pkgs.items() if v}, hold=True,
                               opts=after(restd_user, *depends_on))
@@ -222,7 +231,12 @@ class Accounting(pulumi.ComponentResource):
                           triggers={"conf": db_password.apply(lambda pw: _sha(render_slurmdbd_conf(cfg, pw))),
                                     "jwt": jwt_key.apply(_sha)},
                           opts=after(db_user, key, dbd_conf))
-        self.ready = dbd
+        # slurmctld refuses to start while slurmdbd cannot serve (no TRES from the database).
+        self.ready = CommandWithVerify(
+            "slurmdbd-serving", conn=conn,
+            create=["sh", "-c", 'for i in $(seq 60); do ss -Hltn "sport = :6819" | grep -q . && exit 0; '
+                    'sleep 1; done; echo "slurmdbd is not listening on 6819 after 60 s" >&2; exit 1'],
+            verify=["sh", "-c", 'ss -Hltn "sport = :6819" | grep -q .'], opts=after(dbd))
         self.restd_unit = render_slurmrestd_unit(cfg)
         self.conn = conn
         self.register_outputs({})
@@ -234,7 +248,10 @@ class Accounting(pulumi.ComponentResource):
         after = lambda *deps: pulumi.ResourceOptions(parent=self, depends_on=[*deps])  # noqa: E731
         name = cfg.slurm.cluster_name
         cluster = CommandWithVerify(
-            "cluster-registration", conn=self.conn, create=["sacctmgr", "-i", "add", "cluster", name],
+            "cluster-registration", conn=self.conn,
+            # slurmctld may register itself first; then there is nothing to add.
+            create=["sh", "-c", 'sacctmgr -n -P list cluster format=cluster | grep -qx "$1" || '
+                    'sacctmgr -i add cluster "$1"', "sh", name],
             verify=["sh", "-c", 'sacctmgr -n -P list cluster format=cluster | grep -qx "$1"', "sh", name],
             opts=after(slurmctld))
         restd = SystemdUnit("slurmrestd", conn=self.conn, unit="slurmrestd.service",

@@ -162,6 +162,8 @@ class SlurmRelease(_Strict):
         pkgs = {"slurmctld": self.debian_version, "slurm-client": self.debian_version}
         if self.munge_version:
             pkgs["munge"] = self.munge_version
+        if self.pmix_version:
+            pkgs["libpmix2"] = self.pmix_version
         return pkgs
 
     def node_packages(self) -> dict[str, str]:

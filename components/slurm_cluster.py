@@ -117,9 +117,11 @@ class SlurmCluster(pulumi.ComponentResource):
                 self.accounting_check = acct.after_controller(cfg, daemon, jwt_key)
                 daemons.append(self.accounting_check)
 
-        host_layer(ctl, s.release.controller_packages(), is_node=False)
+        # AuthAltTypes=auth/jwt (for slurmrestd) makes every daemon load the JWT plugin.
+        jwt = {"slurm-wlm-jwt-plugin": s.release.debian_version} if accounting else {}
+        host_layer(ctl, {**s.release.controller_packages(), **jwt}, is_node=False)
         for n in nodes:
-            host_layer(n, s.release.node_packages(), is_node=True)
+            host_layer(n, {**s.release.node_packages(), **jwt}, is_node=True)
 
         ctl_conn = conn_input(ctl, cfg.ssh, root)
         reconf = CommandWithVerify(
