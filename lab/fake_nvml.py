@@ -61,6 +61,23 @@ PROBE_PATHS = {
     "proc_modules": f"{FAKE_ROOT}/proc/modules",
 }
 
+
+
+def stack_lines() -> list[str]:
+    """The lab stack's `gpu-fleet:gpu_runtime` key: the probe reads the double's kernel facts.
+
+    For lab/stackfile.render_stack once GpuRuntimeLayer has `probe_paths` (then add
+    "gpu-fleet:gpu_runtime" to OWNED_KEYS and regenerate stacks/Pulumi.lab.yaml).
+    """
+    paths = ", ".join(f"{k}: {v}" for k, v in PROBE_PATHS.items())
+    return [
+        "  gpu-fleet:gpu_runtime:",
+        "    # TEST DOUBLE: a container cannot have /proc/driver/nvidia or /sys/module/nvidia;",
+        "    # `lab up` lays the fake node's kernel facts out here (lab/fake_nvml.py).",
+        f"    probe_paths: {{{paths}}}",
+    ]
+
+
 _HELPER_SH = f"""#!/bin/sh
 # TEST DOUBLE (gpu-fleet lab): lay out the fake GPU node files that {CONFIG} describes
 # (kernel module version and state) under {FAKE_ROOT}. Run after changing the config.
@@ -117,7 +134,8 @@ def healthy_config(node: str) -> dict:
         sys.path.insert(0, str(ROOT))
     from tests.doubles.fake_nvml.harness import node_config
 
-    return node_config(node)
+    return {"_test_double": "gpu-fleet lab: fake NVML configuration (tests/doubles/fake_nvml); "
+                            "not a GPU", **node_config(node)}
 
 
 def build(key: str) -> Path | None:
