@@ -22,6 +22,11 @@ except FleetError as e:
 
 fleet = Fleet(stack, cfg, Path(__file__).resolve().parent, munge_key, db_password, jwt_key)
 pulumi.export("summary", fleet.summary)
+if fleet.gpu is not None:
+    g = fleet.gpu
+    pulumi.export("gpu", {"healthyNodes": g.healthy_nodes, "verdicts": g.verdicts, "problems": g.problems})
+if fleet.slurm is not None:
+    pulumi.export("slurmNodes", fleet.slurm.admitted)
 if fleet.slurm is not None and fleet.slurm.canary is not None:
     c = fleet.slurm.canary
     pulumi.export("canary", {"passed": c.passed, "jobId": c.job_id,

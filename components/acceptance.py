@@ -120,6 +120,10 @@ class CanaryJobProvider(HostPrimitive):
     def run(self, props: Props) -> dict[str, Any]:
         conn = connection(target_of(props))
         conn.connect()
+        if not props.get("node"):
+            self._partitions(conn, props, "INACTIVE")
+            raise FleetError(f"no GPU node passed the GPU baseline: nothing to accept; partitions "
+                             f"{', '.join(props['partitions'])} set INACTIVE (see the `gpu` output)")
         timeout = int(props["timeout_s"])
         ready = conn.run(sh(_NODES_READY, str(timeout), *props["nodes"]), mutating=False, check=False,
                          timeout=timeout + 30)
@@ -209,9 +213,10 @@ class CanaryJob(Resource, module="slurm", name="CanaryJob"):
     cuda_visible_devices: pulumi.Output[str]
     cgroup: pulumi.Output[str]
 
-    def __init__(self, name: str, *, conn: dict, node: str, gpus: int, gpu_type: str, user: str,
-                 nodes: list[str], partitions: list[str], partition: str, job_root: str,
-                 triggers: pulumi.Input[dict], node_conns: Optional[list[dict]] = None,
+    def __init__(self, name: str, *, conn: dict, node: pulumi.Input[str], gpus: pulumi.Input[int],
+                 gpu_type: pulumi.Input[str], user: str, nodes: pulumi.Input[list[str]],
+                 partitions: list[str], partition: str, job_root: str,
+                 triggers: pulumi.Input[dict], node_conns: Optional[pulumi.Input[list[dict]]] = None,
                  accounting: bool = False,
                  marker: Optional[str] = None, timeout_s: int = 120,
                  opts: Optional[pulumi.ResourceOptions] = None):

@@ -139,12 +139,28 @@ class StorageLayer(_Strict):
         return v
 
 
+class GpuProbePaths(_Strict):
+    """Where the probe reads kernel facts; a real node's defaults (only the lab's double moves them)."""
+
+    nvidia_version_file: str = "/proc/driver/nvidia/version"
+    sys_module_dir: str = "/sys/module"
+    proc_modules: str = "/proc/modules"
+    cgroup_controllers: str = "/sys/fs/cgroup/cgroup.controllers"
+
+
 class GpuRuntimeLayer(_Strict):
-    """The GPU baseline every node must match (the seed unified on 580.173.02 / CUDA 12.9.1)."""
+    """The GPU baseline every node must match (the seed unified on 580.173.02 / CUDA 12.9.1).
+
+    A node that fails it is kept out of Slurm (fail closed), with the reason in the outputs."""
 
     enabled: bool = True
     driver_version: str = "580.173.02"
     cuda_runtime: str = "12.9.1"
+    pynvml_dir: Annotated[str, Field(pattern=r"^/[^\s]*$")] = "/opt/gpu-fleet/lib"
+    probe_paths: GpuProbePaths = GpuProbePaths()
+    required_cgroup_controllers: list[str] = Field(default_factory=list)
+    require_ntp: bool = False
+    probe_timeout_s: int = Field(120, ge=5)
 
 
 class SlurmRelease(_Strict):

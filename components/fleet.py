@@ -9,6 +9,7 @@ import pulumi
 
 from .config import FleetConfig
 from .inventory import Inventory, fleet_summary
+from .gpu_runtime import GpuRuntime
 from .slurm_cluster import SlurmCluster
 
 
@@ -24,8 +25,11 @@ class Fleet(pulumi.ComponentResource):
         self.cfg = cfg
         self.inventory = Inventory(cfg, pulumi.ResourceOptions(parent=self))
         self.summary = fleet_summary(cfg)
+        self.gpu = None
+        if cfg.gpu_runtime.enabled:
+            self.gpu = GpuRuntime.for_stack(cfg, root or Path.cwd(), opts=pulumi.ResourceOptions(parent=self))
         self.slurm = None
         if cfg.slurm.enabled and munge_key is not None:
             self.slurm = SlurmCluster(cfg, self.inventory, munge_key, root or Path.cwd(),
-                                      db_password, jwt_key, pulumi.ResourceOptions(parent=self))
+                                      db_password, jwt_key, self.gpu, pulumi.ResourceOptions(parent=self))
         self.register_outputs({"summary": self.summary})

@@ -23,6 +23,7 @@ from typing import Optional
 from .acceptance import CanaryJob
 from .accounting import Accounting
 from .config import FleetConfig, HostSpec
+from .gpu_runtime import GpuRuntime
 from .hosts import conn_input
 from .inventory import Inventory
 from .providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
@@ -50,21 +51,30 @@ class SlurmCluster(pulumi.ComponentResource):
 
     def __init__(self, cfg: FleetConfig, inventory: Inventory, munge_key: pulumi.Output[str],
                  root: Path, db_password: Optional[pulumi.Output[str]] = None,
-                 jwt_key: Optional[pulumi.Output[str]] = None,
+                 jwt_key: Optional[pulumi.Output[str]] = None, gpu: Optional[GpuRuntime] = None,
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-fleet:slurm:SlurmCluster", "slurm", None, opts)
         s = cfg.slurm
         accounting = cfg.accounting.enabled and db_password is not None and jwt_key is not None
-        self.slurm_conf = render_slurm_conf(
-            cfg, accounting_host=cfg.hosts.controller.name if accounting else None)
+        nodes = cfg.slurm_nodes()
+        # Fail closed on the GPU baseline: only nodes that passed it are admitted to Slurm.
+        if gpu is not None:
+            self.admitted = gpu.healthy_nodes.apply(
+                lambda h: [n.name for n in nodes if n.gpus is None or n.name in (h or [])])
+        else:
+            self.admitted = pulumi.Output.from_input([n.name for n in nodes])
+        admitted_specs = self.admitted.apply(lambda names: [n for n in nodes if n.name in names])
+        acct_host = cfg.hosts.controller.name if accounting else None
+        self.slurm_conf = admitted_specs.apply(lambda ns: render_slurm_conf(cfg, acct_host, ns))
         self.cgroup_conf = render_cgroup_conf(cfg)
-        self.gres_conf = render_gres_conf(cfg)
+        self.gres_conf = admitted_specs.apply(lambda ns: render_gres_conf(cfg, ns))
         confs = {"slurm.conf": self.slurm_conf, "cgroup.conf": self.cgroup_conf, "gres.conf": self.gres_conf}
-        restart = restart_key(self.slurm_conf, self.cgroup_conf, self.gres_conf)
+        restart = pulumi.Output.all(self.slurm_conf, self.gres_conf).apply(
+            lambda t: restart_key(t[0], self.cgroup_conf, t[1]))
+        conf_hash = self.slurm_conf.apply(lambda t: _sha(t)[:16])
         key_hash = munge_key.apply(lambda k: _sha(k)[:16])
 
         ctl = cfg.hosts.controller
-        nodes = cfg.slurm_nodes()
         self.packages = SlurmPackages(cfg, root, pulumi.ResourceOptions(parent=self))
         daemons: list[pulumi.Resource] = []
         self.accounting_check = None
@@ -107,8 +117,9 @@ class SlurmCluster(pulumi.ComponentResource):
                                   opts=pulumi.ResourceOptions(parent=self))
                 deps.append(acct.ready)
             unit = "slurmd.service" if is_node else "slurmctld.service"
+            serving = self.admitted.apply(lambda names: h in names) if is_node else True
             daemon = SystemdUnit(
-                f"{h}-{unit.split('.')[0]}", conn=conn, unit=unit,
+                f"{h}-{unit.split('.')[0]}", conn=conn, unit=unit, enabled=serving, active=serving,
                 properties={"Delegate": "yes"} if is_node else {},
                 triggers={"restart": restart, "key": key_hash},
                 opts=pulumi.ResourceOptions(parent=self, depends_on=deps))
@@ -126,20 +137,32 @@ class SlurmCluster(pulumi.ComponentResource):
         ctl_conn = conn_input(ctl, cfg.ssh, root)
         reconf = CommandWithVerify(
             "slurm-reconfigure", conn=ctl_conn, create=["scontrol", "reconfigure"],
-            verify=["scontrol", "ping"], triggers={"slurm.conf": _sha(self.slurm_conf)[:16]},
+            verify=["scontrol", "ping"], triggers={"slurm.conf": conf_hash},
             opts=pulumi.ResourceOptions(parent=self, depends_on=daemons))
 
-        canary = next(iter(cfg.canary_nodes()), nodes[0] if nodes else None)
+        by_name = {n.name: n for n in nodes}
+
+        def pick(names: list[str]) -> str:
+            """The stack's canary if admitted, else the first admitted GPU node ('' if none)."""
+            for n in [*cfg.canary_nodes(), *nodes]:
+                if n.name in names and n.gpus:
+                    return n.name
+            return ""
+
+        canary = self.admitted.apply(pick)
         self.canary = None
-        if cfg.acceptance.enabled and canary is not None and canary.gpus:
+        if cfg.acceptance.enabled and any(n.gpus for n in nodes):
             self.canary = CanaryJob(
-                "canary-acceptance", conn=ctl_conn, node=canary.name, gpus=canary.gpus.count,
-                gpu_type=canary.gpus.type, user=s.canary_user, nodes=[n.name for n in nodes],
+                "canary-acceptance", conn=ctl_conn, node=canary,
+                gpus=canary.apply(lambda c: by_name[c].gpus.count if c else 0),
+                gpu_type=canary.apply(lambda c: by_name[c].gpus.type if c else ""),
+                user=s.canary_user, nodes=self.admitted,
                 partitions=[p.name for p in s.partitions], partition=ACCEPTANCE_PARTITION,
-                node_conns=[conn_input(n, cfg.ssh, root) for n in nodes], accounting=accounting,
-                job_root="/tmp", marker=None,
+                node_conns=admitted_specs.apply(lambda ns: [conn_input(n, cfg.ssh, root) for n in ns]),
+                accounting=accounting, job_root="/tmp", marker=None,
                 timeout_s=cfg.acceptance.job_timeout_s,
-                triggers={"restart": restart, "slurm.conf": _sha(self.slurm_conf)[:16], "key": key_hash,
+                triggers={"restart": restart, "slurm.conf": conf_hash, "key": key_hash,
+                          "admitted": self.admitted,
                           "packages": _sha(repr(sorted(s.release.node_packages().items())))[:16]},
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[reconf]))
-        self.register_outputs({"config_sha256": {k: _sha(v) for k, v in confs.items()}})
+        self.register_outputs({"admitted": self.admitted})

@@ -28,8 +28,13 @@ def gres_of(node: NodeSpec) -> str:
     return f"gpu:{node.gpus.type}:{node.gpus.count}" if node.gpus else ""
 
 
-def render_slurm_conf(cfg: FleetConfig, accounting_host: str | None = None) -> str:
+def render_slurm_conf(cfg: FleetConfig, accounting_host: str | None = None,
+                      nodes: list[NodeSpec] | None = None) -> str:
+    """`nodes`: the partition nodes admitted (default: all); the rest are left out, and a
+    partition left without nodes stays INACTIVE."""
     s = cfg.slurm
+    members = cfg.slurm_nodes() if nodes is None else nodes
+    admitted = {n.name for n in members}
     ctl = cfg.hosts.controller
     lines = [
         HEADER,
@@ -78,7 +83,7 @@ def render_slurm_conf(cfg: FleetConfig, accounting_host: str | None = None) -> s
             "AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key",
         ]
     lines += ["", "# nodes"]
-    for n in cfg.slurm_nodes():
+    for n in members:
         gres = gres_of(n)
         lines.append(
             f"NodeName={n.name} NodeAddr={n.address} CPUs={n.cpus} RealMemory={n.real_memory_mib}"
@@ -89,27 +94,29 @@ def render_slurm_conf(cfg: FleetConfig, accounting_host: str | None = None) -> s
     # sets them UP, so a rollout that stops half-way never serves a partial node set.
     state = "INACTIVE" if cfg.acceptance.enabled else "UP"
     for p in s.partitions:
+        pnodes = [x for x in p.nodes if x in admitted]
         lines.append(
-            f"PartitionName={p.name} Nodes={_compress(p.nodes)} Default={'YES' if p.default else 'NO'}"
-            f" MaxTime={p.max_time} State={state}"
+            f"PartitionName={p.name}" + (f" Nodes={_compress(pnodes)}" if pnodes else "")
+            + f" Default={'YES' if p.default else 'NO'} MaxTime={p.max_time}"
+            + f" State={state if pnodes else 'INACTIVE'}"
         )
-    if cfg.acceptance.enabled and cfg.slurm_nodes():
+    if cfg.acceptance.enabled and members:
         # Where the acceptance job runs: open only to the canary user, so it can prove a node
         # while the production partitions are INACTIVE after a failed rollout.
         lines.append(
-            f"PartitionName={ACCEPTANCE_PARTITION} Nodes={_compress([n.name for n in cfg.slurm_nodes()])}"
+            f"PartitionName={ACCEPTANCE_PARTITION} Nodes={_compress([n.name for n in members])}"
             f" Default=NO Hidden=YES AllowGroups={s.canary_user} MaxTime=10 State=UP"
         )
     return "\n".join(lines) + "\n"
 
 
-def render_gres_conf(cfg: FleetConfig) -> str:
+def render_gres_conf(cfg: FleetConfig, nodes: list[NodeSpec] | None = None) -> str:
     """Typed GPU GRES per node; `File=` is required (Count= alone leaves the node INVAL)."""
     s = cfg.slurm
     lines = [HEADER]
     if s.gres_autodetect == "nvml":
         lines.append("AutoDetect=nvml")
-    for n in cfg.slurm_nodes():
+    for n in (cfg.slurm_nodes() if nodes is None else nodes):
         if not n.gpus:
             continue
         last = n.gpus.count - 1

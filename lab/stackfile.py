@@ -14,10 +14,11 @@ from pathlib import Path
 import yaml
 
 from .common import INVENTORY, KEY, KNOWN_HOSTS, ROOT, STACK_FILE, LabError, rel
+from . import fake_nvml
 from .hosts import SUBNET, Host, lab_hosts
 
 OWNED_KEYS = ("gpu-fleet:ssh", "gpu-fleet:hosts", "gpu-fleet:storage", "gpu-fleet:nodes",
-              "gpu-fleet:slurm")
+              "gpu-fleet:slurm", "gpu-fleet:gpu_runtime")
 NODE_CPUS = 2
 NODE_MEMORY_MIB = 1000
 DEF_MEM_PER_CPU_MIB = 500
@@ -74,6 +75,7 @@ def render_stack(nodes: int, existing: str | None = None) -> str:
             f"real_memory_mib: {NODE_MEMORY_MIB}, gpus: {GPUS}{canary}}}"
         )
     v = release_versions()
+    lines += fake_nvml.stack_lines()
     lines += [
         "  gpu-fleet:slurm:",
         "    cluster_name: lab",

@@ -1,0 +1,65 @@
+"""The GPU baseline gates the Slurm layer: a drifting node is refused with a clear reason.
+
+node2's fake NVML (a test double) shows 7 of its 8 GPUs; after `up --refresh` the stack
+leaves node2 out of slurm.conf, stops its slurmd, names the mismatch in the `gpu` output,
+and the canary still proves the healthy nodes. Fixing node2 brings it back.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.pulumi_cli import PulumiProject
+
+from .labhosts import ssh
+from .test_gpu_runtime import healthy_config, restore_healthy, set_fake
+from .test_slurm_cluster import as_user
+
+
+@pytest.fixture(scope="module")
+def gated(lab, tmp_path_factory):
+    from . import test_gpu_runtime
+
+    test_gpu_runtime._LAB["lab"] = lab
+    restore_healthy()
+    proj = PulumiProject.copy_of_repo(tmp_path_factory.mktemp("gate"))
+    proj.init_stack("lab")
+    proj.run("up", "--yes", "--stack", "lab", timeout=900)
+    yield proj
+    restore_healthy()
+    proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
+
+
+def outputs(proj) -> dict:
+    return json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
+
+
+def test_healthy_fleet_admits_every_node(gated):
+    out = outputs(gated)
+    assert out["slurmNodes"] == ["node1", "node2", "node3"]
+    assert out["gpu"]["healthyNodes"] == ["node1", "node2", "node3"]
+    assert out["canary"]["passed"] is True
+
+
+def test_drifting_node_is_kept_out_and_comes_back_when_fixed(gated):
+    bad = healthy_config("node2")
+    bad["devices"] = bad["devices"][:7]
+    set_fake("node2", bad)
+    gated.run("up", "--yes", "--stack", "lab", "--refresh", timeout=900)
+    out = outputs(gated)
+    assert out["slurmNodes"] == ["node1", "node3"]
+    reasons = " ".join(out["gpu"]["verdicts"]["node2"]["reasons"])
+    assert "node node2 reports 7 GPUs, the stack declares 8" in reasons, reasons
+    assert "NodeName=node2" not in ssh("ctl", "cat /etc/slurm/slurm.conf").stdout
+    assert ssh("node2", "systemctl is-active slurmd", check=False).stdout.strip() != "active"
+    rows = ssh("ctl", "sinfo -h -N -p lab -o '%N %T'").stdout.split()
+    assert rows == ["node1", "idle", "node3", "idle"], rows
+    assert out["canary"]["passed"] is True
+    assert sorted(ssh("ctl", as_user("srun -N2 -p lab -t 1 hostname")).stdout.split()) == ["node1", "node3"]
+
+    restore_healthy(["node2"])
+    gated.run("up", "--yes", "--stack", "lab", "--refresh", timeout=900)
+    assert outputs(gated)["slurmNodes"] == ["node1", "node2", "node3"]
+    assert sorted(ssh("ctl", as_user("srun -N3 -p lab -t 1 hostname")).stdout.split()) == ["node1", "node2", "node3"]
