@@ -17,7 +17,7 @@ import pulumi
 from pulumi.dynamic import Resource
 
 from ..transport.command import Piece
-from .base import HostPrimitive, NotConverged, Observed, Props, Step
+from .base import HostPrimitive, NotConverged, Observed, Props, Step, _entry
 
 
 def inputs_hash(props: Props) -> str:
@@ -52,8 +52,19 @@ class CommandWithVerifyProvider(HostPrimitive):
         return [Step(props["create"], "create", stdin=stdin.encode() if stdin else None,
                      stdin_secret=bool(stdin))]
 
+    record_keys = ("preexisting",)
+
+    @_entry
+    def create(self, props: Props):
+        """An effect already in place before create (adopted) is not undone by destroy."""
+        conn = self._conn(props)
+        props = {**props, "preexisting": self.probe(conn, props)["verified"]}
+        return super().create.__wrapped__(self, props)
+
     def apply(self, props: Props, record: Props) -> Props:
         conn = self._conn(props)
+        if props.get("preexisting") is None and "preexisting" in record:
+            props = {**props, "preexisting": record["preexisting"]}
         for step in self.plan(props, {"verified": False}, {"_force": True}):
             conn.run(step.argv, mutating=True, stdin=step.stdin, stdin_secret=step.stdin_secret)
         if not self.probe(conn, props)["verified"]:
@@ -62,6 +73,8 @@ class CommandWithVerifyProvider(HostPrimitive):
                 "inputs_hash": inputs_hash(props)}
 
     def plan_delete(self, props: Props, obs: Observed) -> list[Step]:
+        if props.get("preexisting"):
+            return []
         return [Step(props["delete"], "delete")] if props.get("delete") else []
 
 

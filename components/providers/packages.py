@@ -58,7 +58,7 @@ def parse_apt_simulation(stdout: str) -> set[str]:
 
 
 class PackageSetProvider(HostPrimitive):
-    record_keys = ("added",)
+    record_keys = ("added", "held_before")
 
     def key(self, props: Props) -> str:
         return "packages:" + ",".join(sorted(props["packages"]))
@@ -115,16 +115,21 @@ class PackageSetProvider(HostPrimitive):
     def apply(self, props: Props, record: Props) -> Props:
         """Apply, then record every package the install added (dependencies included)."""
         conn = self._conn(props)
-        before = set(self.probe(conn, props)["installed"])
+        first = self.probe(conn, props)
+        before = set(first["installed"])
         added = set(record.get("added", []))
-        outs = super().apply(props, {"added": sorted(added)})
+        held_before = record.get("held_before")
+        if held_before is None:  # first create: holds that were already there stay on destroy
+            held_before = sorted(n for n in props["packages"] if n in first["held"])
+        outs = super().apply(props, {"added": sorted(added), "held_before": held_before})
         now = set(self.probe(conn, props)["installed"])
         outs["added"] = sorted(added | (now - before))
         return outs
 
     def plan_delete(self, props: Props, obs: Observed) -> list[Step]:
         added = [n for n in props.get("added", []) if n in obs["installed"]]
-        held = sorted(n for n in props["packages"] if n in obs["held"])
+        keep = set(props.get("held_before") or [])
+        held = sorted(n for n in props["packages"] if n in obs["held"] and n not in keep)
         steps = []
         if held:
             steps.append(Step(["apt-mark", "unhold", *held], "release holds"))

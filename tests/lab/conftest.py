@@ -140,6 +140,16 @@ def lab_session():
 
 @pytest.fixture(scope="session")
 def lab(lab_session) -> Lab:
-    """The default lab (storage, ctl, node1..node3), up and reachable over SSH."""
-    lab_command("up")
+    """The default lab (storage, ctl, node1..node3), up and reachable over SSH.
+
+    A session that has the lab to itself starts from fresh hosts (down, then up: seconds),
+    so what `make lab` or an earlier run deployed cannot leak into "as before" checks."""
+    if lab_session.try_exclusive():
+        try:
+            lab_command("down", timeout=300)
+            lab_command("up")
+        finally:
+            lab_session.shared()
+    else:
+        lab_command("up")
     return load_lab()

@@ -217,3 +217,19 @@ def test_command_verify_parser():
     props = {"create": ["touch", "/x"], "verify": ["test", "-e", "/x"]}
     assert p.plan(props, {"verified": True}, {}) == []
     assert [list(s.argv) for s in p.plan(props, {"verified": False}, {})] == [["touch", "/x"]]
+
+
+def test_packages_delete_keeps_holds_that_were_there_before():
+    obs = parse_package_probe(PROBE)
+    props = {"packages": {"jq": "1.6-2.1", "hello": "2.10-3"}, "added": ["hello"], "held_before": ["jq"]}
+    obs["held"].add("hello")
+    steps = PackageSetProvider().plan_delete(props, obs)
+    assert [list(s.argv)[:3] for s in steps] == [["apt-mark", "unhold", "hello"],
+                                                  ["env", "DEBIAN_FRONTEND=noninteractive", "NEEDRESTART_MODE=a"]]
+
+
+def test_adopted_command_effect_is_not_undone():
+    p = CommandWithVerifyProvider()
+    props = {"create": ["touch", "/x"], "verify": ["test", "-e", "/x"], "delete": ["rm", "/x"]}
+    assert [list(s.argv) for s in p.plan_delete(props, {"verified": True})] == [["rm", "/x"]]
+    assert p.plan_delete({**props, "preexisting": True}, {"verified": True}) == []
