@@ -21,10 +21,10 @@ import re
 from typing import Any, Optional
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, UpdateResult
+from pulumi.dynamic import Resource
 
 from .errors import FleetError
-from .providers.base import HostPrimitive, Props, _entry, target_of
+from .providers.base import Props, RolloutCheck, target_of
 from .slurm_render import count_visible_gpus
 from .transport import FanOutError, SshTarget, connection, fan_out
 from .transport.command import sh
@@ -107,8 +107,11 @@ def judge_sacct(alloc_tres: str, gpu_type: str) -> list[str]:
     return fails
 
 
-class CanaryJobProvider(HostPrimitive):
-    """Runs the acceptance on create/update only (a job is an action, not a probe)."""
+class CanaryJobProvider(RolloutCheck):
+    """Runs the acceptance on every rollout (a job is an action, not a probe)."""
+
+    rerun_on = ("triggers", "node", "user", "marker", "job_root", "partitions", "partition", "nodes",
+                "gpu_type")
 
     def key(self, props: Props) -> str:
         return f"canary:{props['node']}"
@@ -182,27 +185,6 @@ class CanaryJobProvider(HostPrimitive):
             self._partitions(conn, props, "INACTIVE")
             raise FleetError(f"a MUNGE credential from {conn.t.name} does not decode on every node; "
                              f"partitions {', '.join(props['partitions'])} set INACTIVE:\n{e}") from None
-
-    @_entry
-    def create(self, props: Props) -> CreateResult:
-        return CreateResult(id_=f"{target_of(props).name}:{self.key(props)}", outs={**props, **self.run(props)})
-
-    @_entry
-    def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
-        return UpdateResult(outs={**news, **self.run(news)})
-
-    @_entry
-    def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
-        keys = ("triggers", "node", "user", "marker", "job_root", "partitions", "partition", "nodes",
-                "gpu_type")
-        changed = [k for k in keys if olds.get(k) != news.get(k)]
-        return DiffResult(changes=bool(changed), replaces=[], stables=[], delete_before_replace=False)
-
-    def read(self, id_: str, props: Props) -> ReadResult:
-        return ReadResult(id_=id_, outs=props)
-
-    def delete(self, _id: str, props: Props) -> None:
-        return None
 
 
 class CanaryJob(Resource, module="slurm", name="CanaryJob"):

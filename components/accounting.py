@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Optional
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, UpdateResult
+from pulumi.dynamic import Resource
 
 from .config import FleetConfig
 from .errors import FleetError
 from .hosts import conn_input
 from .providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
-from .providers.base import HostPrimitive, Props, _entry, target_of
+from .providers.base import Props, RolloutCheck, target_of
 from .slurm_render import HEADER
 from .transport import connection
 from .transport.command import Secret, sh
@@ -134,13 +134,13 @@ def judge_accounting(stdout: str) -> tuple[dict, list[str]]:
     return {"mariadb_listen": sorted(mysqld), "restd_status": status}, fails
 
 
-class AccountingCheckProvider(HostPrimitive):
-    """Runs on create/update (every rollout of the layer); `read` repeats the read-only probe."""
+class AccountingCheckProvider(RolloutCheck):
+    """Runs on every rollout of the layer."""
 
     def key(self, props: Props) -> str:
         return "accounting-check"
 
-    def _check(self, props: Props) -> dict:
+    def run(self, props: Props) -> dict:
         conn = connection(target_of(props))
         conn.connect()
         res = conn.run(sh(_CHECK, RESTD_SOCKET, props["user"]), mutating=False, check=False)
@@ -150,25 +150,6 @@ class AccountingCheckProvider(HostPrimitive):
                              + "\n  - ".join(fails) + "\n  probe output:\n    "
                              + (res.stdout + res.stderr).strip().replace("\n", "\n    "))
         return facts
-
-    @_entry
-    def create(self, props: Props) -> CreateResult:
-        return CreateResult(id_=f"{target_of(props).name}:accounting", outs={**props, **self._check(props)})
-
-    @_entry
-    def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
-        return UpdateResult(outs={**news, **self._check(news)})
-
-    @_entry
-    def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
-        return DiffResult(changes=olds.get("triggers") != news.get("triggers"), replaces=[],
-                          stables=[], delete_before_replace=False)
-
-    def read(self, id_: str, props: Props) -> ReadResult:
-        return ReadResult(id_=id_, outs=props)
-
-    def delete(self, _id: str, props: Props) -> None:
-        return None
 
 
 class AccountingCheck(Resource, module="slurm", name="AccountingCheck"):

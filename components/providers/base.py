@@ -181,3 +181,36 @@ class HostPrimitive(ResourceProvider):
         observed = self.probe(conn, props)
         for step in self.plan_delete(props, observed):
             conn.run(step.argv, mutating=True, stdin=step.stdin, stdin_secret=step.stdin_secret)
+
+
+class RolloutCheck(ResourceProvider):
+    """A verification that runs on create and whenever one of `rerun_on` changes (a rollout
+    of what it checks), never on refresh (it may act, like submitting a job); delete has
+    nothing to undo. Subclasses give `key` and `run` (props -> outputs, or raise)."""
+
+    rerun_on: tuple[str, ...] = ("triggers",)
+
+    def key(self, props: Props) -> str:
+        raise NotImplementedError
+
+    def run(self, props: Props) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @_entry
+    def create(self, props: Props) -> CreateResult:
+        return CreateResult(id_=f"{target_of(props).name}:{self.key(props)}", outs={**props, **self.run(props)})
+
+    @_entry
+    def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
+        return UpdateResult(outs={**news, **self.run(news)})
+
+    @_entry
+    def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
+        changed = any(olds.get(k) != news.get(k) for k in self.rerun_on)
+        return DiffResult(changes=changed, replaces=[], stables=[], delete_before_replace=False)
+
+    def read(self, id_: str, props: Props) -> ReadResult:
+        return ReadResult(id_=id_, outs=props)
+
+    def delete(self, _id: str, props: Props) -> None:
+        return None
