@@ -45,17 +45,25 @@ def _setting_name(key: str) -> str:
             "accountingstoragepass": "AccountingStoragePass"}.get(key, key)
 
 
-def validate_content_is_secret(args, report_violation) -> None:
+def _secret_file(args):
+    """(the File, why it holds a secret, its path), or None for any other resource."""
     res = resource(args, P.FILE)
     if res is None:
-        return
+        return None
     why = secret_reason(res)
     if why is None:
+        return None
+    return res, why, P.path_of(res.props) or "?"
+
+
+def validate_content_is_secret(args, report_violation) -> None:
+    found = _secret_file(args)
+    if found is None:
         return
+    res, why, path = found
     content = res.get("content")
     if P.is_secret(content) or P.is_unknown(content) or content is None:
         return  # a secret, or not known yet (checked again before `up` applies it), or empty
-    path = P.path_of(res.props) or "?"
     report_violation(
         f"{res.describe('File', path)} holds a secret ({why}) but its content is a plain "
         "string, which Pulumi would store unencrypted in the state; pass the content as a "
@@ -63,13 +71,10 @@ def validate_content_is_secret(args, report_violation) -> None:
 
 
 def validate_private_mode(args, report_violation) -> None:
-    res = resource(args, P.FILE)
-    if res is None:
+    found = _secret_file(args)
+    if found is None:
         return
-    why = secret_reason(res)
-    if why is None:
-        return
-    path = P.path_of(res.props) or "?"
+    res, why, path = found
     who = res.describe("File", path)
     mode = res.get("mode", "0644")
     if not P.is_unknown(mode):
