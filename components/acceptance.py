@@ -10,7 +10,9 @@ is configured), the job root is writable and the probe file is cleaned up, the
 exit code is 0, and the node's GPUs are all free again afterwards.
 
 Fail closed: if any check fails, every partition is set INACTIVE before the
-deployment fails, so the cluster never half-serves; a passing run sets them UP.
+deployment fails, so the cluster never half-serves; a passing run sets them UP,
+except a canary-first gate (`open_partitions=False`): it runs on the canary
+nodes before the rest of the fleet moves, and only the final run opens them.
 `triggers` (hashes of everything the layer applied) make it run again whenever
 the layer changes; with nothing changed it does not run at all.
 """
@@ -125,7 +127,8 @@ class CanaryJobProvider(RolloutCheck):
         conn.connect()
         if not props.get("node"):
             self._partitions(conn, props, "INACTIVE")
-            raise FleetError(f"no GPU node passed the GPU baseline: nothing to accept; partitions "
+            which = "GPU node" if props.get("open_partitions", True) else "canary node of the stack"
+            raise FleetError(f"no {which} passed the GPU baseline: nothing to accept; partitions "
                              f"{', '.join(props['partitions'])} set INACTIVE (see the `gpu` output)")
         timeout = int(props["timeout_s"])
         ready = conn.run(sh(_NODES_READY, str(timeout), *props["nodes"]), mutating=False, check=False,
@@ -159,7 +162,8 @@ class CanaryJobProvider(RolloutCheck):
                 self._partitions(conn, props, "INACTIVE")
                 raise FleetError(f"canary job {job.get('job')}: accounting check failed; partitions "
                                  f"{', '.join(props['partitions'])} set INACTIVE:\n  - " + "\n  - ".join(fails))
-        self._partitions(conn, props, "UP")
+        if props.get("open_partitions", True):
+            self._partitions(conn, props, "UP")
         return {"passed": True, "job_id": job.get("job"), "cuda_visible_devices": job.get("cvd"),
                 "cgroup": job.get("cgroup"), "marker_check": job.get("marker"),
                 "nodes_ready": ready.stdout.strip().splitlines()}
@@ -199,7 +203,7 @@ class CanaryJob(Resource, module="slurm", name="CanaryJob"):
                  gpu_type: pulumi.Input[str], user: str, nodes: pulumi.Input[list[str]],
                  partitions: list[str], partition: str, job_root: str,
                  triggers: pulumi.Input[dict], node_conns: Optional[pulumi.Input[list[dict]]] = None,
-                 accounting: bool = False,
+                 accounting: bool = False, open_partitions: bool = True,
                  marker: Optional[str] = None, timeout_s: int = 120,
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__(
@@ -207,6 +211,7 @@ class CanaryJob(Resource, module="slurm", name="CanaryJob"):
             {"conn": conn, "node": node, "gpus": gpus, "gpu_type": gpu_type, "user": user,
              "nodes": nodes, "partitions": partitions, "partition": partition, "job_root": job_root,
              "node_conns": node_conns or [], "accounting": accounting,
+             "open_partitions": open_partitions,
              "marker": marker,
              "timeout_s": timeout_s, "triggers": triggers, "passed": None, "job_id": None,
              "cuda_visible_devices": None, "cgroup": None, "nodes_ready": None},

@@ -29,8 +29,36 @@ from .inventory import Inventory
 from .providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
 from .slurm_packages import SlurmPackages
 from .slurm_render import ACCEPTANCE_PARTITION, render_cgroup_conf, render_gres_conf, render_slurm_conf
+from .slurm_validate import validate_argv
 
 SLURM_ETC = "/etc/slurm"
+
+
+# Reconfigure only daemons that started before the current slurm.conf was written. One that
+# started after it already runs this config, and a needless `scontrol reconfigure` right
+# before the canary races its launch: in Slurm 22.05 a step launched while slurmd reloads
+# (with accounting, slurmd repacks the TRES list it hands to slurmstepd) can get a broken
+# I/O init message (`srun: io_init_msg_unpack: unpack error`) although the task ran.
+# After a real reconfigure, wait for the controller's agent to deliver it to every slurmd
+# and give each a moment to reload: 22.05 reports no end of a slurmd reload.
+_RECONFIGURE = r"""
+set -eu
+written=$(stat -c %Y -- "$1")
+oldest=$(date -d "$(systemctl show -p ActiveEnterTimestamp --value slurmctld.service)" +%s)
+for t in $(scontrol show node -o | grep -o 'SlurmdStartTime=[^ ]*' | cut -d= -f2); do
+  s=$(date -d "$t" +%s 2>/dev/null) || continue
+  [ "$s" -lt "$oldest" ] && oldest=$s
+done
+if [ "$oldest" -gt "$written" ]; then
+  echo "slurmctld and every slurmd started after $1 was written: nothing to reconfigure"; exit 0
+fi
+scontrol reconfigure
+for i in $(seq 30); do
+  [ "$(sdiag | awk -F: '/Agent queue size/ {gsub(/ /, "", $2); print $2; exit}')" = 0 ] && break
+  sleep 1
+done
+sleep 2
+"""
 
 
 def _sha(text: str) -> str:
@@ -57,6 +85,7 @@ class SlurmCluster(pulumi.ComponentResource):
         s = cfg.slurm
         accounting = cfg.accounting.enabled and db_password is not None and jwt_key is not None
         nodes = cfg.slurm_nodes()
+        by_name = {n.name: n for n in nodes}
         # Fail closed on the GPU baseline: only nodes that passed it are admitted to Slurm.
         if gpu is not None:
             self.admitted = gpu.healthy_nodes.apply(
@@ -79,7 +108,10 @@ class SlurmCluster(pulumi.ComponentResource):
         daemons: list[pulumi.Resource] = []
         self.accounting_check = None
 
-        def host_layer(host: HostSpec, packages: dict[str, str], is_node: bool) -> None:
+        ctl_conf: list[pulumi.Resource] = []
+
+        def host_layer(host: HostSpec, packages: dict[str, str], is_node: bool,
+                       after: tuple[pulumi.Resource, ...] = ()) -> None:
             conn = conn_input(host, cfg.ssh, root)
             parent = pulumi.ResourceOptions(parent=self)
             h = host.name
@@ -93,14 +125,22 @@ class SlurmCluster(pulumi.ComponentResource):
             ]
             pkgs = PackageSet(f"{h}-slurm-packages", conn=conn, packages=packages, hold=True,
                               opts=pulumi.ResourceOptions(
-                                  parent=self, depends_on=[*ids, self.packages.sources[h]]))
+                                  parent=self, depends_on=[*ids, self.packages.sources[h], *after]))
             after_pkgs = pulumi.ResourceOptions(parent=self, depends_on=[pkgs])
             key = File(f"{h}-munge-key", conn=conn, path="/etc/munge/munge.key", content=munge_key,
                        mode="0400", owner="munge", group="munge", secret=True, opts=after_pkgs)
             munge = SystemdUnit(f"{h}-munge", conn=conn, unit="munge.service", triggers={"key": key_hash},
                                 opts=pulumi.ResourceOptions(parent=self, depends_on=[key]))
-            files = [File(f"{h}-{name}", conn=conn, path=f"{SLURM_ETC}/{name}", content=text,
-                          mode="0644", opts=after_pkgs) for name, text in confs.items()]
+            # The controller's slurm.conf is validated in isolation before it is put in place;
+            # node copies follow only once it was.
+            written = {name: File(f"{h}-{name}", conn=conn, path=f"{SLURM_ETC}/{name}", content=text,
+                                  mode="0644", validate=None if is_node or name != "slurm.conf"
+                                  else validate_argv(f"{SLURM_ETC}/{name}"),
+                                  opts=pulumi.ResourceOptions(parent=self, depends_on=[pkgs, *ctl_conf]))
+                       for name, text in confs.items()}
+            files = list(written.values())
+            if not is_node:
+                ctl_conf.append(written["slurm.conf"])
             deps: list[pulumi.Resource] = [munge, *files]
             if is_node and s.fake_gpu_devices and host.name in {n.name for n in nodes}:
                 count = next(n for n in nodes if n.name == host.name).gpus.count
@@ -131,16 +171,41 @@ class SlurmCluster(pulumi.ComponentResource):
         # AuthAltTypes=auth/jwt (for slurmrestd) makes every daemon load the JWT plugin.
         jwt = {"slurm-wlm-jwt-plugin": s.release.debian_version} if accounting else {}
         host_layer(ctl, {**s.release.controller_packages(), **jwt}, is_node=False)
-        for n in nodes:
-            host_layer(n, {**s.release.node_packages(), **jwt}, is_node=True)
-
         ctl_conn = conn_input(ctl, cfg.ssh, root)
+        node_packages = {**s.release.node_packages(), **jwt}
+        packages_hash = _sha(repr(sorted(node_packages.items())))[:16]
+        canaries = [n for n in nodes if n.canary]
+        rest = [n for n in nodes if not n.canary]
+        for n in canaries:
+            host_layer(n, node_packages, is_node=True)
+        # Canary first inside the stack: the controller and the canary nodes take a new
+        # release (or key, or restart-worthy config) and must pass the acceptance job before
+        # any other node's packages move. A failure stops the rollout with the rest of the
+        # fleet untouched; only the final acceptance below opens the partitions.
+        self.canary_first = None
+        if cfg.acceptance.enabled and rest and any(n.gpus for n in canaries):
+            gate_nodes = self.admitted.apply(lambda names: [n.name for n in canaries if n.name in names])
+            gate_node = gate_nodes.apply(
+                lambda names: next((n for n in names if by_name[n].gpus), ""))
+            self.canary_first = CanaryJob(
+                "canary-first", conn=ctl_conn, node=gate_node,
+                gpus=gate_node.apply(lambda c: by_name[c].gpus.count if c else 0),
+                gpu_type=gate_node.apply(lambda c: by_name[c].gpus.type if c else ""),
+                user=s.canary_user, nodes=gate_nodes,
+                partitions=[p.name for p in s.partitions], partition=ACCEPTANCE_PARTITION,
+                node_conns=gate_nodes.apply(lambda ns: [conn_input(by_name[n], cfg.ssh, root) for n in ns]),
+                accounting=accounting, open_partitions=False, job_root="/tmp", marker=None,
+                timeout_s=cfg.acceptance.job_timeout_s,
+                triggers={"restart": restart, "key": key_hash, "packages": packages_hash,
+                          "canaries": gate_nodes},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(daemons)))
+        for n in rest:
+            host_layer(n, node_packages, is_node=True,
+                       after=(self.canary_first,) if self.canary_first else ())
         reconf = CommandWithVerify(
-            "slurm-reconfigure", conn=ctl_conn, create=["scontrol", "reconfigure"],
+            "slurm-reconfigure", conn=ctl_conn, create=["sh", "-c", _RECONFIGURE, "sh", f"{SLURM_ETC}/slurm.conf"],
             verify=["scontrol", "ping"], triggers={"slurm.conf": conf_hash},
             opts=pulumi.ResourceOptions(parent=self, depends_on=daemons))
-
-        by_name = {n.name: n for n in nodes}
 
         def pick(names: list[str]) -> str:
             """The stack's canary if admitted, else the first admitted GPU node ('' if none)."""
@@ -163,6 +228,6 @@ class SlurmCluster(pulumi.ComponentResource):
                 timeout_s=cfg.acceptance.job_timeout_s,
                 triggers={"restart": restart, "slurm.conf": conf_hash, "key": key_hash,
                           "admitted": self.admitted,
-                          "packages": _sha(repr(sorted(s.release.node_packages().items())))[:16]},
+                          "packages": packages_hash},
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[reconf]))
         self.register_outputs({"admitted": self.admitted})

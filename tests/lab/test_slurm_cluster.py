@@ -6,9 +6,13 @@ Every srun/sbatch here runs under `timeout` (a drained cluster blocks forever).
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
 
 import pytest
 
+from components.providers.file import _WRITE as FILE_WRITE
+from components.slurm_validate import validate_argv
 from tests.pulumi_cli import PulumiProject
 
 from .labhosts import command_log, ssh
@@ -142,3 +146,45 @@ def test_destroy_restores_hosts_and_up_restores_the_same_cluster(cluster):
     assert ssh("node1", "sha256sum /etc/munge/munge.key").stdout.split()[0] == key_sha
     out = ssh("ctl", as_user("srun -N3 -p lab -t 1 hostname")).stdout
     assert sorted(out.split()) == NODES
+
+
+def _validate(candidate: str) -> "subprocess.CompletedProcess":
+    """The controller's validate hook, run as the File primitive runs it, on a candidate file."""
+    argv = validate_argv("/etc/slurm/slurm.conf")
+    return ssh("ctl", shlex.join([a.replace("{}", candidate) if a == "{}" else a for a in argv]),
+               check=False)
+
+
+def _live_ctld() -> str:
+    return ssh("ctl", "systemctl show -p MainPID --value slurmctld; sha256sum /etc/slurm/slurm.conf").stdout
+
+
+@pytest.mark.parametrize("edit, why", [
+    ("s|^SelectType=.*|SelectType=select/nonexistent|", "select/nonexistent"),
+    ("s|^SlurmctldHost=.*|SlurmctldHost=ctl(10.213.57.11)\\nFrobnicate=yes|", "Frobnicate"),
+    ("s|^NodeName=node1 .*|NodeName=node1 NodeAddr=10.213.57.21 CPUs=two|", "CPUs"),
+])
+def test_bad_slurm_conf_is_refused_in_isolation(cluster, edit, why):
+    live = _live_ctld()
+    ssh("ctl", f"sed -e '{edit}' /etc/slurm/slurm.conf > /tmp/candidate.conf")
+    p = _validate("/tmp/candidate.conf")
+    assert p.returncode != 0 and "slurm.conf refused" in p.stderr and why in p.stderr, p.stderr
+    # Through the File primitive: the write step runs the hook and leaves the live file alone.
+    write = ["sh", "-c", FILE_WRITE, "sh", "/etc/slurm/slurm.conf", "root", "root", "644",
+             *validate_argv("/etc/slurm/slurm.conf")]
+    w = ssh("ctl", shlex.join(write) + " < /tmp/candidate.conf", check=False)
+    assert w.returncode != 0 and "slurm.conf refused" in w.stderr, w.stderr
+    assert _live_ctld() == live
+    assert ssh("ctl", "ss -Hltn 'sport = :16817'; ls -d /run/gpu-fleet-slurmconf.* /etc/slurm/.gpu-fleet.* "
+                      "2>/dev/null; scontrol ping | grep -c UP").stdout.split() == ["1"]
+
+
+def test_live_slurm_conf_passes_validation_without_touching_the_live_controller(cluster):
+    live = _live_ctld()
+    ssh("ctl", "cp /etc/slurm/slurm.conf /tmp/candidate.conf")
+    p = _validate("/tmp/candidate.conf")
+    assert p.returncode == 0 and "validated" in p.stdout, p.stderr
+    assert _live_ctld() == live
+    assert ssh("ctl", "ss -Hltn 'sport = :16817' | wc -l").stdout.strip() == "0"
+    # The test daemon never registered with accounting or replaced the live state.
+    assert ssh("ctl", "cat /var/lib/slurm/slurmctld/clustername").stdout.strip() == "lab"
