@@ -12,8 +12,8 @@ baseline; docs/gpu-probe.md). `GpuRuntime` declares, for the stack's GPU nodes:
   components/gpu/baseline.py.
 
 Outputs: `healthy_nodes` (stack order) for the Slurm layer, `verdicts` (per node:
-verdict, reasons, count, UUIDs, driver, kernel module, CUDA, BF16) and fleet-wide
-`problems`.
+verdict, reasons, count, UUIDs, driver, kernel module, CUDA, BF16, the CUDA runtime
+probe) and fleet-wide `problems`.
 
 When it probes. Probing is read-only, so it runs on create/update AND on
 `read`: `pulumi refresh` (or `up --refresh`) re-probes every node and records the
@@ -214,6 +214,7 @@ def node_output(v: NodeVerdict) -> dict[str, Any]:
         "cuda_driver_version": v.cuda_driver_version,
         "compute_capability": sorted(set(v.compute_capability)),
         "bf16": v.bf16,
+        "cuda_runtime": v.cuda_runtime_output(),
     }
 
 

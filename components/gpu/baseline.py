@@ -16,6 +16,11 @@ code, or any text NVML printed (stdout or stderr) fails the node. Fleet-wide
 checks (a GPU UUID on two nodes, drivers that differ between nodes) add
 `problems` and fail every node involved. GPU counts come from the NVML count
 field and the device records, never from splitting text.
+
+Where the node has a CUDA toolkit, the probe's CUDA runtime program must
+compile, run cleanly (exit 0, no CUDA error, nothing on stderr) and see as many
+devices as NVML and the stack; a node without a toolkit is recorded, not failed
+(the toolkit is not part of the baseline, only what it shows when present).
 """
 
 from __future__ import annotations
@@ -79,10 +84,22 @@ class NodeVerdict:
     compute_capability: tuple[str, ...] = ()
     #: every GPU supports BF16 (compute capability >= 8.0); SM70 (V100) -> False; None: unknown
     bf16: Optional[bool] = None
+    #: the CUDA runtime probe: the toolkit it used (None: none found), the runtime version
+    #: (12090), the devices it saw, and whether every one is SM 7.0 (None: not known)
+    cuda_toolkit: Optional[str] = None
+    cuda_runtime_version: Optional[int] = None
+    cuda_device_count: Optional[int] = None
+    sm70: Optional[bool] = None
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
+
+    def cuda_runtime_output(self) -> dict[str, Any]:
+        v = self.cuda_runtime_version
+        return {"toolkit": self.cuda_toolkit,
+                "version": cuda_version_text(v) if isinstance(v, int) and v > 0 else None,
+                "device_count": self.cuda_device_count, "sm70": self.sm70}
 
     def output(self) -> dict[str, Any]:
         """The per-node stack output: count, UUIDs, driver, verdict and its reasons."""
@@ -98,6 +115,7 @@ class NodeVerdict:
             "cuda_driver_version": self.cuda_driver_version,
             "compute_capability": sorted(set(self.compute_capability)),
             "bf16": self.bf16,
+            "cuda_runtime": self.cuda_runtime_output(),
         }
 
 
@@ -199,8 +217,55 @@ def _indices(idx: list[int]) -> str:
     return ("GPU " if len(idx) == 1 else "GPUs ") + ", ".join(str(i) for i in idx)
 
 
+def _int(value: Any) -> Optional[int]:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _judge_cuda_runtime(name: str, exp: GpuExpectation, cr: Mapping[str, Any],
+                        nvml_count: Optional[int]) -> list[str]:
+    """Reasons from the CUDA runtime probe of a node that has a toolkit."""
+    reasons: list[str] = []
+    add = reasons.append
+    if not cr.get("compiled"):
+        why = cr.get("compile_error") or f"{cr.get('nvcc')} exited {cr.get('compile_exit_code')}"
+        add(f"node {name}: the CUDA toolkit {cr.get('toolkit')} cannot compile the runtime "
+            f"probe ({why}): {_quote(cr.get('compile_output') or '')}")
+        return reasons
+    stderr = cr.get("stderr") or ""
+    if not cr.get("ran"):
+        add(f"node {name}: the CUDA runtime probe did not run: {cr.get('run_error')}")
+    elif cr.get("exit_code") != 0:
+        add(f"node {name}: the CUDA runtime probe exited {cr.get('exit_code')}"
+            + (f": {_quote(stderr)}" if stderr.strip() else ""))
+    elif stderr.strip():
+        add(f"node {name}: the CUDA runtime probe printed on stderr: {_quote(stderr)}")
+    runtime, driver = _int(cr.get("runtime_version")), _int(cr.get("driver_version"))
+    for err in cr.get("errors") or []:
+        where = f"node {name}" if err.get("index") is None else f"node {name} GPU {err['index']}"
+        text = f"{where}: CUDA {err.get('call')} failed with error {err.get('code')}: " \
+               f"{err.get('text')}"
+        if err.get("code") == 35 and runtime:  # cudaErrorInsufficientDriver
+            text += (f" (runtime {cuda_version_text(runtime)}, the driver supports "
+                     f"{cuda_version_text(driver) if driver else 'none'})")
+        add(text)
+    other = "\n".join(cr.get("stdout_other") or [])
+    if other:
+        add(f"node {name}: the CUDA runtime probe printed unexpected text: {_quote(other)}")
+    n = _int(cr.get("device_count"))
+    if n is None:
+        if cr.get("ran") and cr.get("exit_code") == 0 and not cr.get("errors"):
+            add(f"node {name}: the CUDA runtime probe reported no device count")
+        return reasons
+    others = ([f"NVML {nvml_count}"] if nvml_count is not None and n != nvml_count else []) \
+        + ([f"the stack declares {exp.gpu_count}"] if n != exp.gpu_count else [])
+    if others:
+        add(f"node {name}: CUDA runtime probe sees {n} device{'s' if n != 1 else ''}, "
+            + ", ".join(others))
+    return reasons
 
 
 # ---- one node ----------------------------------------------------------------------------
@@ -350,6 +415,13 @@ def judge_node(exp: GpuExpectation, doc: ProbeDoc) -> NodeVerdict:
         add(f"node {name}: the clock is {state}"
             + (f" ({data['ntp_error']})" if data.get("ntp_error") else ""))
 
+    # ---- the CUDA runtime probe: judged where a toolkit was found -----------------------
+    cr = data.get("cuda_runtime")
+    cr = cr if isinstance(cr, Mapping) else {}
+    if cr.get("toolkit") or cr.get("ran"):
+        reasons += _judge_cuda_runtime(name, exp, cr, count)
+    sm70 = cr.get("sm70") if isinstance(cr.get("sm70"), bool) else None
+
     ccs = [g.get("compute_capability") for g in gpus]
     cc_text = tuple(f"{c[0]}.{c[1]}" for c in ccs if isinstance(c, list) and len(c) == 2)
     bf16 = None
@@ -363,6 +435,8 @@ def judge_node(exp: GpuExpectation, doc: ProbeDoc) -> NodeVerdict:
         models=tuple(g["name"] for g in gpus if g.get("name")),
         driver_version=driver, nvml_version=nvml_version, kernel_module_version=kmod,
         cuda_driver_version=cuda, compute_capability=cc_text, bf16=bf16,
+        cuda_toolkit=cr.get("toolkit") or None, cuda_runtime_version=_int(cr.get("runtime_version")),
+        cuda_device_count=_int(cr.get("device_count")), sm70=sm70,
     )
 
 

@@ -14,8 +14,15 @@ descriptors 1 and 2 are pointed at temporary files around every NVML call, so
 that text is captured with the call that produced it, reported, and cannot
 corrupt the JSON on stdout.
 
+Where a CUDA toolkit is present (`--cuda-home`, default $CUDA_HOME then
+/usr/local/cuda), a tiny CUDA runtime program (CUDA_PROBE_C) is compiled with
+its nvcc in a private temporary directory, run, and removed: NVML sees the
+driver, this sees what a CUDA job would (runtime version, device count,
+compute capability, and the errors a job would hit).
+
 Usage: python3 - [--nvidia-version-file PATH] [--sys-module-dir DIR]
-                 [--proc-modules PATH] [--cgroup-controllers PATH] < probe.py
+                 [--proc-modules PATH] [--cgroup-controllers PATH]
+                 [--cuda-home DIR ...] < probe.py
 """
 
 import argparse
@@ -24,6 +31,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -301,6 +309,152 @@ def _probe_initialized(nv, doc):
     doc["gpus"] = gpus
 
 
+# ---- the CUDA runtime, where a toolkit is present -------------------------------------
+
+CUDA_COMPILE_TIMEOUT_S = 60  # both well inside the layer's 120 s limit on the whole probe
+CUDA_RUN_TIMEOUT_S = 30
+
+#: Plain C (nvcc hands a .c file to the host compiler): one record per line, an error's
+#: text last. It exits 0 when it ran to the end: CUDA errors are records, not the exit code.
+CUDA_PROBE_C = r"""/* gpu-fleet GPU probe: the CUDA runtime's view of this node */
+#include <stdio.h>
+#include <cuda_runtime_api.h>
+
+static void report(const char *call, int index, cudaError_t rc) {
+    const char *text = cudaGetErrorString(rc);
+    printf("error %s %d %d %s\n", call, index, (int)rc, text ? text : "?");
+}
+
+int main(void) {
+    int value = 0, count = 0, i;
+    cudaError_t rc = cudaRuntimeGetVersion(&value);
+    if (rc == cudaSuccess) printf("runtime_version %d\n", value);
+    else report("cudaRuntimeGetVersion", -1, rc);
+    rc = cudaDriverGetVersion(&value);
+    if (rc == cudaSuccess) printf("driver_version %d\n", value);
+    else report("cudaDriverGetVersion", -1, rc);
+    rc = cudaGetDeviceCount(&count);
+    if (rc == cudaSuccess) printf("device_count %d\n", count);
+    else { report("cudaGetDeviceCount", -1, rc); count = 0; }
+    for (i = 0; i < count; i++) {
+        int major = -1, minor = -1;
+        rc = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, i);
+        if (rc == cudaSuccess)
+            rc = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, i);
+        if (rc == cudaSuccess) printf("device %d %d %d\n", i, major, minor);
+        else report("cudaDeviceGetAttribute", i, rc);
+    }
+    fflush(stdout);
+    return 0;
+}
+"""
+
+
+def cuda_homes(given):
+    """--cuda-home values, else $CUDA_HOME then /usr/local/cuda (duplicates dropped)."""
+    homes = given or [os.environ.get("CUDA_HOME") or None, "/usr/local/cuda"]
+    return list(dict.fromkeys(h for h in homes if h))
+
+
+def _text(data):
+    """Captured bytes as text, at most TEXT_LIMIT characters kept."""
+    text = (data or b"").decode("utf-8", errors="replace")
+    return text if len(text) <= TEXT_LIMIT else \
+        text[:TEXT_LIMIT] + "\n[... %d more characters]" % (len(text) - TEXT_LIMIT)
+
+
+def _run(cmd, timeout, merge=False, **kw):
+    """(exit code, stdout, stderr, error): error says why there is no exit code.
+
+    Its own session, so a timeout kills nvcc's compiler children too."""
+    try:
+        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT if merge else subprocess.PIPE,
+                             start_new_session=True, **kw)
+    except OSError as e:
+        return None, "", "", "cannot run %s: %s" % (cmd[0], e.strerror or e)
+    code, error = None, None
+    try:
+        out, err = p.communicate(timeout=timeout)
+        code = p.returncode
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        out, err = p.communicate()
+        error = "%s did not finish within %d s" % (cmd[0], timeout)
+    return code, _text(out), _text(err), error
+
+
+def parse_cuda_probe(text, out):
+    """Fill `out` from CUDA_PROBE_C's records; a line that is not one goes to stdout_other."""
+    for line in text.splitlines():
+        f = line.split(None, 4)
+        try:
+            if len(f) == 2 and f[0] in ("runtime_version", "driver_version", "device_count"):
+                out[f[0]] = int(f[1])
+            elif len(f) == 4 and f[0] == "device":
+                out["devices"].append({"index": int(f[1]),
+                                       "compute_capability": "%d.%d" % (int(f[2]), int(f[3]))})
+            elif len(f) >= 4 and f[0] == "error":
+                index = int(f[2])
+                out["errors"].append({"call": f[1], "index": None if index < 0 else index,
+                                      "code": int(f[3]), "text": f[4] if len(f) > 4 else ""})
+            elif line.strip():
+                out["stdout_other"].append(line)
+        except ValueError:
+            out["stdout_other"].append(line)
+    devices = out["devices"]
+    if devices and len(devices) == out["device_count"]:
+        out["sm70"] = all(d["compute_capability"] == "7.0" for d in devices)
+
+
+def probe_cuda_runtime(homes):
+    """Compile and run CUDA_PROBE_C with the first toolkit in `homes` that has bin/nvcc.
+
+    NVML answers for the driver; only a CUDA program shows what a job will meet (a
+    runtime newer than the driver, devices CUDA cannot use). Everything it writes is in
+    one private temporary directory, removed afterwards; no toolkit is not an error.
+    """
+    out = {"homes": homes, "toolkit": None, "nvcc": None, "skipped": None,
+           "compiled": False, "compile_exit_code": None, "compile_error": None,
+           "compile_output": "", "ran": False, "exit_code": None, "run_error": None,
+           "runtime_version": None, "driver_version": None, "device_count": None,
+           "devices": [], "sm70": None, "errors": [], "stdout_other": [], "stderr": ""}
+    for home in homes:
+        nvcc = os.path.join(home, "bin", "nvcc")
+        if os.path.isfile(nvcc) and os.access(nvcc, os.X_OK):
+            out["toolkit"], out["nvcc"] = home, nvcc
+            break
+    else:
+        out["skipped"] = "no CUDA toolkit (bin/nvcc) under %s" % ", ".join(homes)
+        return out
+    tmp = tempfile.mkdtemp(prefix="gpu-fleet-cuda-probe-")  # mode 0700: private
+    try:
+        src, exe = os.path.join(tmp, "cuda_probe.c"), os.path.join(tmp, "cuda_probe")
+        with open(src, "w") as f:
+            f.write(CUDA_PROBE_C)
+        # nvcc's intermediate files go to TMPDIR: keep them in the private directory too
+        env = dict(os.environ, TMPDIR=tmp)
+        code, text, _, error = _run([out["nvcc"], "-o", exe, src], CUDA_COMPILE_TIMEOUT_S,
+                                    merge=True, cwd=tmp, env=env)
+        out["compile_exit_code"], out["compile_output"] = code, text.strip()
+        out["compile_error"] = error
+        out["compiled"] = code == 0 and os.path.isfile(exe)
+        if not out["compiled"]:
+            return out
+        # NVML ignores CUDA_VISIBLE_DEVICES; so must this, or the counts cannot be compared
+        env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+        code, stdout, stderr, error = _run([exe], CUDA_RUN_TIMEOUT_S, cwd=tmp, env=env)
+        out["ran"], out["exit_code"], out["run_error"] = code is not None, code, error
+        out["stderr"] = stderr
+        parse_cuda_probe(stdout, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
 # ---- the document ----------------------------------------------------------------------
 
 def parse_args(argv):
@@ -309,6 +463,8 @@ def parse_args(argv):
     ap.add_argument("--sys-module-dir", default="/sys/module")
     ap.add_argument("--proc-modules", default="/proc/modules")
     ap.add_argument("--cgroup-controllers", default="/sys/fs/cgroup/cgroup.controllers")
+    ap.add_argument("--cuda-home", action="append", metavar="DIR",
+                    help="a CUDA toolkit to try (repeatable; default $CUDA_HOME, /usr/local/cuda)")
     return ap.parse_args(argv)
 
 
@@ -332,6 +488,7 @@ def probe(args):
         "cgroup": None,
         "ntp_synchronized": None,
         "ntp_error": None,
+        "cuda_runtime": None,
         "probe_errors": [],
     }
     steps = [
@@ -340,6 +497,8 @@ def probe(args):
             args.nvidia_version_file, args.sys_module_dir, args.proc_modules))),
         ("cgroup", lambda: doc.__setitem__("cgroup", read_cgroup(args.cgroup_controllers))),
         ("ntp", lambda: doc.update(zip(("ntp_synchronized", "ntp_error"), read_ntp()))),
+        ("cuda_runtime", lambda: doc.__setitem__("cuda_runtime", probe_cuda_runtime(
+            cuda_homes(args.cuda_home)))),
     ]
     for name, step in steps:
         try:

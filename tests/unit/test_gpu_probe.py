@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ast
 import ctypes.util
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -33,18 +32,12 @@ def probe(fake_nvml_lib, tmp_path):
     """probe(config, **kw) -> the probe's JSON document, after checking it ran cleanly."""
     def run(config, **kw):
         r = harness.run_probe(fake_nvml_lib, config, tmp_path / "node", **kw)
-        assert r.returncode == 0, r.stderr
-        assert r.stdout.count("\n") == 1, f"not one JSON line: {r.stdout!r}"
-        assert r.stderr == "", f"the probe leaked onto its stderr: {r.stderr!r}"
+        harness.clean_doc(r)
         return r.doc
     return run
 
 
-def load_probe_module():
-    spec = importlib.util.spec_from_file_location("gpu_probe_under_test", harness.PROBE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+load_probe_module = harness.load_probe_module
 
 
 # ---- healthy ----------------------------------------------------------------------------

@@ -5,7 +5,8 @@ returns a fake node's JSON configuration (8 healthy V100s by default);
 `run_probe(lib_dir, config, workdir)` runs the product's probe script exactly
 as a node would (`python -` with the script on stdin), with the fake first in
 LD_LIBRARY_PATH, its configuration in FAKE_NVML_CONFIG and the node files of
-`fakenode.lay_out` passed as probe arguments.
+`fakenode.lay_out` passed as probe arguments (and `--cuda-home`: the fake CUDA
+toolkit where a test gives one, else a directory without a toolkit).
 """
 
 from __future__ import annotations
@@ -33,14 +34,36 @@ CUDA_DRIVER = 12090
 _UUID_NS = uuid.UUID("6f1d7c1e-4b0a-4f43-9a53-0d6f0c7a1e55")
 
 
-def build(out_dir: os.PathLike | str) -> Path:
-    """Compile the double into `out_dir`; returns the library's path."""
+def run_build(build_sh: Path, out_dir: os.PathLike | str, what: str) -> Path:
+    """Run a double's build.sh into `out_dir`; a failed build says which double and why."""
     out = Path(out_dir)
-    p = subprocess.run(["sh", str(BUILD_SH), str(out)], stdout=subprocess.PIPE,
+    p = subprocess.run(["sh", str(build_sh), str(out)], stdout=subprocess.PIPE,
                        stderr=subprocess.STDOUT, text=True, timeout=120)
     if p.returncode != 0:
-        raise RuntimeError(f"building the fake NVML failed ({p.returncode}):\n{p.stdout}")
-    return out / "libnvidia-ml.so.1"
+        raise RuntimeError(f"building the {what} failed ({p.returncode}):\n{p.stdout}")
+    return out
+
+
+def build(out_dir: os.PathLike | str) -> Path:
+    """Compile the double into `out_dir`; returns the library's path."""
+    return run_build(BUILD_SH, out_dir, "fake NVML") / "libnvidia-ml.so.1"
+
+
+def clean_doc(r) -> dict:
+    """The probe's document, after checking it ran cleanly: exit 0, one JSON line, no stderr."""
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("\n") == 1, f"not one JSON line: {r.stdout!r}"
+    assert r.stderr == "", f"the probe leaked onto its stderr: {r.stderr!r}"
+    return r.doc
+
+
+def load_probe_module():
+    """probe.py as a module (it is shipped as program text, not imported by the product)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gpu_probe_under_test", PROBE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def gpu_uuid(node: str, index: int) -> str:
@@ -92,11 +115,14 @@ def probe_env(lib_dir: os.PathLike | str, config_path: os.PathLike | str,
 
 def run_probe(lib_dir: os.PathLike | str, config: Optional[dict], workdir: os.PathLike | str,
               *, python: Sequence[str] = (sys.executable,), extra_args: Sequence[str] = (),
-              node_files: Optional[dict] = None) -> ProbeRun:
+              node_files: Optional[dict] = None,
+              cuda_homes: Optional[Sequence[os.PathLike | str]] = None) -> ProbeRun:
     """Run the probe as a node does: `python -` with the script on stdin, cwd `workdir`.
 
     `config` None: FAKE_NVML_CONFIG names a file that does not exist. `node_files`
-    (the keys of fakenode.lay_out) defaults to `config`'s own.
+    (the keys of fakenode.lay_out) defaults to `config`'s own. `cuda_homes` are the
+    probe's --cuda-home toolkits (the fake CUDA toolkit of tests/doubles/fake_cuda);
+    None: a directory without one, so a real toolkit on the test machine is never used.
     """
     work = Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -105,7 +131,9 @@ def run_probe(lib_dir: os.PathLike | str, config: Optional[dict], workdir: os.Pa
         cfg_path.write_text(json.dumps(config, indent=1))
     files = fakenode.lay_out(node_files if node_files is not None else (config or {}),
                              work / "root")
-    p = subprocess.run([*python, "-", *files["probe_args"], *extra_args],
+    homes = cuda_homes if cuda_homes is not None else [work / "no-cuda-toolkit"]
+    cuda_args = [a for h in homes for a in ("--cuda-home", str(h))]
+    p = subprocess.run([*python, "-", *files["probe_args"], *cuda_args, *extra_args],
                        input=PROBE.read_text(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True, cwd=str(work), timeout=60,
                        env=probe_env(lib_dir, cfg_path, files["path_dir"]))
