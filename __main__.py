@@ -27,6 +27,9 @@ if fleet.gpu is not None:
     pulumi.export("gpu", {"healthyNodes": g.healthy_nodes, "verdicts": g.verdicts, "problems": g.problems})
 if fleet.slurm is not None:
     pulumi.export("slurmNodes", fleet.slurm.admitted)
+if fleet.slurm is not None and fleet.slurm.accounting_history is not None:
+    h = fleet.slurm.accounting_history
+    pulumi.export("accountingHistory", {"restoredFrom": h.restored_from, "restoredJobs": h.restored_jobs})
 if fleet.slurm is not None and fleet.slurm.canary is not None:
     c = fleet.slurm.canary
     pulumi.export("canary", {"passed": c.passed, "jobId": c.job_id,

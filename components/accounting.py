@@ -6,6 +6,10 @@ database user whose password is a Pulumi secret; `slurmdbd.conf` 0600 owned by
 slurm; slurmdbd; the cluster registered; slurmrestd as its own unprivileged user
 on a Unix socket only, with a JWT signing key (a Pulumi secret, 0600).
 
+Its history survives rollback: `AccountingHistory` (between the database and
+slurmdbd) removes the database only after a restore proved the backup, and
+restores the newest proven dump into the empty database on reapply.
+
 Verified on every rollout by `AccountingCheck`, from the kernel's view, not the
 config: MariaDB's listening sockets are loopback only, nothing listens on TCP for
 slurmrestd, and slurmrestd answers on its socket with a token minted on the host
@@ -21,6 +25,7 @@ from typing import Optional
 import pulumi
 from pulumi.dynamic import Resource
 
+from .accounting_history import AccountingHistory
 from .config import FleetConfig
 from .errors import FleetError
 from .hosts import conn_input
@@ -203,6 +208,8 @@ class Accounting(pulumi.ComponentResource):
             verify=["sh", "-c", 'mariadb -u root -N -e "SELECT 1 FROM mysql.user WHERE user=\'$1\'" | grep -q 1',
                     "sh", a.db_user],
             triggers={"password": db_password.apply(_sha)}, opts=after(mariadb))
+        self.history = AccountingHistory("accounting-history", conn=conn, database=a.database,
+                                          backup_dir=a.backup_dir, opts=after(db_user))
         key = File("jwt-key", conn=conn, path=JWT_KEY, content=jwt_key, mode="0600", owner="slurm",
                    group="slurm", secret=True, opts=after(packages))
         dbd_conf = File("slurmdbd-conf", conn=conn, path="/etc/slurm/slurmdbd.conf",
@@ -211,7 +218,7 @@ class Accounting(pulumi.ComponentResource):
         dbd = SystemdUnit("slurmdbd", conn=conn, unit="slurmdbd.service",
                           triggers={"conf": db_password.apply(lambda pw: _sha(render_slurmdbd_conf(cfg, pw))),
                                     "jwt": jwt_key.apply(_sha)},
-                          opts=after(db_user, key, dbd_conf))
+                          opts=after(db_user, self.history, key, dbd_conf))
         # slurmctld refuses to start while slurmdbd cannot serve (no TRES from the database).
         self.ready = CommandWithVerify(
             "slurmdbd-serving", conn=conn,

@@ -223,6 +223,8 @@ class AccountingLayer(_Strict):
     db_user: Annotated[str, Field(pattern=r"^[A-Za-z0-9_]+$")] = "slurm"
     mariadb_version: Optional[str] = None
     datadir: Annotated[str, Field(pattern=r"^/[^\s]*$")] = "/srv/gpu-fleet/mariadb"
+    #: where a rollback keeps its proven dumps (outside the datadir, which rollback removes)
+    backup_dir: Annotated[str, Field(pattern=r"^/[^\s]*$")] = "/srv/gpu-fleet/backup/accounting"
     restd_user: HostName = "slurmrestd"
     restd_uid: int = Field(64201, ge=1000, le=2**31)
 

@@ -67,9 +67,11 @@ def _sha(text: str) -> str:
 
 def restart_key(slurm_conf: str, cgroup_conf: str, gres_conf: str) -> str:
     """What daemons cannot take through `scontrol reconfigure` (22.05): node and
-    partition definitions, cgroup.conf, gres.conf."""
+    partition definitions, plugins (auth, accounting storage and gathering), cgroup.conf,
+    gres.conf."""
     structural = [line for line in slurm_conf.splitlines()
                   if line.startswith(("NodeName=", "PartitionName=", "SlurmctldHost=", "AuthType=",
+                                      "AuthAltTypes=", "AccountingStorageType=", "JobAcctGatherType=",
                                       "SelectType", "GresTypes=", "ProctrackType=", "TaskPlugin="))]
     return _sha("\n".join(structural) + cgroup_conf + gres_conf)[:16]
 
@@ -107,6 +109,7 @@ class SlurmCluster(pulumi.ComponentResource):
         self.packages = SlurmPackages(cfg, root, pulumi.ResourceOptions(parent=self))
         daemons: list[pulumi.Resource] = []
         self.accounting_check = None
+        self.accounting_history = None
 
         ctl_conf: list[pulumi.Resource] = []
 
@@ -156,6 +159,7 @@ class SlurmCluster(pulumi.ComponentResource):
                 acct = Accounting(cfg, root, db_password, jwt_key, depends_on=[pkgs, munge],
                                   opts=pulumi.ResourceOptions(parent=self))
                 deps.append(acct.ready)
+                self.accounting_history = acct.history
             unit = "slurmd.service" if is_node else "slurmctld.service"
             serving = self.admitted.apply(lambda names: h in names) if is_node else True
             daemon = SystemdUnit(

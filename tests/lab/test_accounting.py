@@ -88,6 +88,103 @@ def test_second_up_changes_nothing(accounted):
     proj.run("up", "--yes", "--stack", "lab", "--expect-no-changes")
 
 
+BACKUPS = "/srv/gpu-fleet/backup/accounting"
+
+# TEST DOUBLE (lab only): a disk that stores one byte of what `tee` writes wrong. The stream
+# on stdout is untouched; the file gets byte 200 flipped after it is written.
+BAD_DISK_TEE = r"""#!/bin/sh
+# TEST DOUBLE (gpu-fleet lab): bit rot between the stream and the disk
+/usr/bin/tee "$@"
+rc=$?
+python3 - "$1" <<'PY'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(200); b = f.read(1); f.seek(200); f.write(bytes([b[0] ^ 0x01]))
+PY
+exit $rc
+"""
+
+
+def set_accounting(proj, on: bool, check: bool = True):
+    proj.run("config", "set", "--path", "gpu-fleet:accounting.enabled", str(on).lower(), "--stack", "lab")
+    return proj.run("up", "--yes", "--stack", "lab", timeout=1200, check=check)
+
+
+def job_ids(last: str) -> set[str]:
+    """The job ids 1..last that accounting has records of (by id: a time window lags)."""
+    ids = ",".join(str(i) for i in range(1, int(last) + 1))
+    out = ssh("ctl", f"sacct -X -n -P -j {ids} -o JobID").stdout
+    return {line.strip() for line in out.splitlines() if line.strip()}
+
+
+def wait_accounted(job: str) -> None:
+    ssh("ctl", f"for i in $(seq 30); do sacct -X -n -j {job} -o JobID | grep -q . && exit 0; sleep 1; done; "
+               f"echo 'job {job} never reached accounting' >&2; exit 1")
+
+
+def gpu_job() -> str:
+    out = ssh("ctl", as_user("srun -N1 -p lab -w node1 --gres=gpu:v100:1 -t 1 sh -c 'echo $SLURM_JOB_ID'")).stdout
+    return out.strip().splitlines()[-1]
+
+
+def db_jobs() -> set[str]:
+    """Job ids straight from the database (slurmdbd may be stopped)."""
+    return set(ssh("ctl", "mariadb -N -B -e 'SELECT id_job FROM slurm_acct_db.lab_job_table'").stdout.split())
+
+
+def test_layer_rollback_and_reapply_keep_every_job_record_twice(accounted):
+    proj, _ = accounted
+    for _round in range(2):
+        new = gpu_job()
+        wait_accounted(new)
+        before = job_ids(new)
+        assert before == {str(i) for i in range(1, int(new) + 1)}, before
+        set_accounting(proj, False)
+        assert ssh("ctl", "systemctl is-active slurmdbd mariadb", check=False).stdout.split() != ["active", "active"]
+        dumps = ssh("ctl", f"ls {BACKUPS}").stdout.split()
+        assert any(d.endswith(".sql.gz") for d in dumps) and any(d.endswith(".sha256") for d in dumps), dumps
+        set_accounting(proj, True)
+        assert job_ids(new) == before
+        history = json.loads(proj.run("stack", "output", "accountingHistory", "--json", "--stack", "lab").stdout)
+        assert history["restoredFrom"].startswith(f"{BACKUPS}/slurm_acct_db-"), history
+        appended = gpu_job()
+        wait_accounted(appended)
+        assert job_ids(appended) >= before | {appended}
+
+
+def test_a_dump_that_differs_on_disk_stops_the_rollback_and_loses_nothing(accounted):
+    proj, _ = accounted
+    jobs = db_jobs()
+    assert jobs
+    ssh("ctl", f"cat > /usr/local/bin/tee <<'EOF'\n{BAD_DISK_TEE}EOF\nchmod 0755 /usr/local/bin/tee")
+    try:
+        p = set_accounting(proj, False, check=False)
+    finally:
+        ssh("ctl", "rm -f /usr/local/bin/tee")
+    assert p.returncode != 0
+    assert "refusing to remove the accounting database 'slurm_acct_db'" in p.stdout, p.stdout[-3000:]
+    assert "SHA-256" in p.stdout or "not a valid gzip stream" in p.stdout, p.stdout[-3000:]
+    assert db_jobs() == jobs
+    set_accounting(proj, True)  # the rollout's own canary jobs append to the kept history
+    assert db_jobs() >= jobs
+
+
+def test_a_damaged_dump_is_never_restored(accounted):
+    proj, _ = accounted
+    jobs = db_jobs()
+    set_accounting(proj, False)
+    newest = ssh("ctl", f"ls -1 {BACKUPS}/*.sql.gz | sort | tail -n1").stdout.strip()
+    flip = f"python3 -c \"f=open('{newest}','r+b'); f.seek(100); b=f.read(1); f.seek(100); f.write(bytes([b[0]^1]))\""
+    ssh("ctl", flip)
+    p = set_accounting(proj, True, check=False)
+    assert p.returncode != 0
+    assert "from a damaged backup" in p.stdout and "the backup recorded" in p.stdout, p.stdout[-3000:]
+    assert ssh("ctl", "systemctl is-active slurmdbd", check=False).stdout.strip() != "active"
+    ssh("ctl", flip)  # the byte back: the recorded hash matches again
+    set_accounting(proj, True)
+    assert db_jobs() >= jobs
+
+
 def test_destroy_leaves_hosts_as_before(accounted):
     proj, before = accounted
     proj.run("destroy", "--yes", "--stack", "lab", timeout=900)
