@@ -12,6 +12,10 @@ puts the test double of `tests/doubles/fake_nvml/` on every node host:
                                                          (written only when absent)
   /var/lib/gpu-fleet-fake-nvml/root/...                  what a container cannot have:
       proc/driver/nvidia/version, proc/modules, sys/module/nvidia/version
+  /usr/local/cuda/{bin/nvcc,include,lib64/libcudart.so}  the fake CUDA toolkit
+      (tests/doubles/fake_cuda/): the probe's CUDA runtime program is compiled with
+      it (by tcc, installed from the lab repository) and its runtime reads the same
+      /etc/fake-nvml.json
 
 The default configuration is healthy: 8 x Tesla V100-SXM2-16GB, driver
 580.173.02, UUIDs unique per node (tests/doubles/fake_nvml/harness.node_config).
@@ -44,7 +48,12 @@ from .common import ROOT, STATE, LabError, log, rel, run
 from .hosts import Host
 
 SOURCE_DIR = ROOT / "tests" / "doubles" / "fake_nvml"
-SOURCES = ("fake_nvml.c", "build.sh", "fakenode.py")
+SOURCES = ("fake_nvml.c", "fake_json.h", "build.sh", "fakenode.py")
+CUDA_SOURCE_DIR = ROOT / "tests" / "doubles" / "fake_cuda"
+CUDA_SOURCES = ("fake_cudart.c", "cuda_runtime_api.h", "nvcc", "build.sh")
+CUDA_HOME = "/usr/local/cuda"
+#: what the fake nvcc compiles with on a node (the lab image has no C compiler)
+NODE_COMPILER = ("tcc", "libc6-dev")
 BUILD_DIR = STATE / "fake-nvml"
 
 LIB_DIR = "/usr/local/lib/gpu-fleet-fake-nvml"
@@ -106,6 +115,10 @@ else
   printf '# TEST DOUBLE (gpu-fleet lab): the fake libnvidia-ml.so.1\\n{LIB_DIR}\\n' > {LDCONF}
   ldconfig
   [ -f {CONFIG} ] || install -m 0644 "$t/fake-nvml.json" {CONFIG}
+  rm -rf {CUDA_HOME}; mkdir -p {CUDA_HOME}; cp -a "$t/cuda/." {CUDA_HOME}/
+  command -v tcc >/dev/null || {{ apt-get -q update >/dev/null 2>&1 || true;
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+      {" ".join(NODE_COMPILER)} >/dev/null; }}
   {HELPER}
   echo "$stamp" > {LIB_DIR}/STAMP
   echo installed
@@ -124,6 +137,8 @@ def stamp() -> str:
     h = hashlib.sha256()
     for name in SOURCES:
         h.update(name.encode() + b"\0" + (SOURCE_DIR / name).read_bytes() + b"\0")
+    for name in CUDA_SOURCES:
+        h.update(name.encode() + b"\0" + (CUDA_SOURCE_DIR / name).read_bytes() + b"\0")
     h.update(_HELPER_SH.encode() + _INSTALL_SH.encode() + _README.encode())
     return h.hexdigest()[:16]
 
@@ -153,6 +168,7 @@ def build(key: str) -> Path | None:
     tmp = BUILD_DIR / f".{key}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     run(["sh", str(SOURCE_DIR / "build.sh"), str(tmp)], timeout=120)
+    run(["sh", str(CUDA_SOURCE_DIR / "build.sh"), str(tmp / "cuda")], timeout=120)
     os.replace(tmp, out)
     return lib
 
@@ -170,6 +186,12 @@ def _bundle(lib: Path, node: str) -> bytes:
         add("helper.sh", _HELPER_SH.encode(), 0o755)
         add("README", _README.encode())
         add("fake-nvml.json", (json.dumps(healthy_config(node), indent=1) + "\n").encode())
+        cuda = lib.parent / "cuda"
+        for f in sorted(cuda.rglob("*")):
+            if f.is_file():
+                add(f"cuda/{f.relative_to(cuda)}", f.read_bytes(), f.stat().st_mode & 0o777)
+        add("cuda/README", b"TEST DOUBLE, not NVIDIA's CUDA toolkit: tests/doubles/fake_cuda in the "
+                           b"gpu-fleet repository, installed by `python -m lab up`.\n")
     return buf.getvalue()
 
 

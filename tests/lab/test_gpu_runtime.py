@@ -157,6 +157,9 @@ def assert_all_healthy(out: dict) -> None:
         assert v["driver"] == DRIVER and v["kernel_module"] == DRIVER
         assert v["cuda"] == "12.9" and v["cuda_driver_version"] == 12090
         assert v["compute_capability"] == ["7.0"] and v["bf16"] is False
+        # the CUDA runtime program, compiled on the node with its (fake) toolkit
+        assert v["cuda_runtime"] == {"toolkit": "/usr/local/cuda", "version": "12.9",
+                                     "device_count": 8, "sm70": True}, (n, v)
 
 
 # ---- healthy fleet, idempotence ------------------------------------------------------------
@@ -241,9 +244,18 @@ def nvml_stderr() -> tuple[dict, dict, list[str]]:
             {"node1": [f'node node1: NVML printed on stderr during nvmlInit: "{NVML_TEXT}"']}, [])
 
 
-@pytest.mark.parametrize("scenario", [duplicate_uuid, module_mismatch, seven_of_eight, nvml_stderr],
+def cuda_runtime_too_new() -> tuple[dict, dict, list[str]]:
+    """The node's toolkit ships a CUDA 13.0 runtime; its 12.9 driver cannot serve it."""
+    return ({"node3": node_config("node3", cuda_runtime_version=13000, cuda_runtime_error=35)},
+            {"node3": ["node node3: CUDA cudaGetDeviceCount failed with error 35: CUDA driver "
+                       "version is insufficient for CUDA runtime version (runtime 13.0, the "
+                       "driver supports 12.9)"]}, [])
+
+
+@pytest.mark.parametrize("scenario", [duplicate_uuid, module_mismatch, seven_of_eight, nvml_stderr,
+                                      cuda_runtime_too_new],
                          ids=["duplicate-uuid", "driver-module-mismatch", "7-of-8-gpus",
-                              "nvml-error-on-stderr"])
+                              "nvml-error-on-stderr", "cuda-runtime-newer-than-driver"])
 def test_drift_is_refused_and_a_fixed_node_comes_back(program, healthy_after, scenario):
     proj = program
     configs, reasons, problems = scenario()
