@@ -12,6 +12,8 @@ because they need the whole fleet.
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
+
 import ipaddress
 import json
 import re
@@ -401,6 +403,12 @@ def _cross_check(cfg: FleetConfig) -> list[str]:
         problems.append(f"{PROJECT}:slurm.munge_uid: must differ from slurm_uid ({s.slurm_uid})")
     if s.slurm_gid == s.munge_gid:
         problems.append(f"{PROJECT}:slurm.munge_gid: must differ from slurm_gid ({s.slurm_gid})")
+    a = cfg.accounting
+    backup, data = PurePosixPath(a.backup_dir), PurePosixPath(a.datadir)
+    if backup == data or data in backup.parents:
+        problems.append(f"{PROJECT}:accounting.backup_dir: {a.backup_dir} is inside accounting.datadir "
+                        f"({a.datadir}), which rollback removes once the dump is proven; keep the "
+                        "dumps outside it")
     return problems
 
 

@@ -176,3 +176,12 @@ def test_cross_checks_all_reported(full_config):
     full_config["gpu-fleet:slurm"]["partitions"][0]["nodes"] += ["gpu15", "gpu99"]
     full_config["gpu-fleet:nodes"][5]["address"] = "192.0.2.21"
     assert len(problems_of(full_config)) == 3
+
+
+def test_accounting_backups_must_live_outside_the_datadir(full_config):
+    """Rollback removes the datadir after its dump is proven: a dump inside it would go too."""
+    full_config["gpu-fleet:accounting"] = {"datadir": "/srv/db", "backup_dir": "/srv/db/backups"}
+    [p] = problems_of(full_config)
+    assert p.startswith("gpu-fleet:accounting.backup_dir: /srv/db/backups is inside accounting.datadir"), p
+    full_config["gpu-fleet:accounting"] = {"datadir": "/srv/db", "backup_dir": "/srv/db-backups"}
+    assert parse_fleet_config(full_config, SRC).accounting.backup_dir == "/srv/db-backups"
