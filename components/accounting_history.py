@@ -13,7 +13,9 @@ it and removes MariaDB after it:
    every cluster's job table, and a checksum of every table;
 6. only after that proof drop the active database (the scratch copy goes too);
 7. on reapply (`create`), verify the dump's hash and compressed stream before its
-   history is restored into the empty database, before slurmdbd starts.
+   history is restored into the empty database, before slurmdbd starts, and check
+   the restored database against the fingerprint the backup proved (kept next to
+   the dump); a restore that fails or differs leaves the database empty and stops.
 
 Any failed step leaves the active database untouched and fails the rollback
 with the reason; the dump stays under `backup_dir` either way. A database that
@@ -82,7 +84,9 @@ if ! diff -u "$dir/.source" "$dir/.scratch" > "$dir/.diff"; then
   refuse "the restored copy differs from the source: $(grep '^[-+][a-z]' "$dir/.diff" | head -n 6 | tr '\n' ';')"
 fi
 sed 's/^/source /' "$dir/.source" | grep -E '^source (tables|jobs) '
-rm -f "$dir/.source" "$dir/.scratch" "$dir/.diff" "$dir/.restore.err"
+# the proven fingerprint goes with the dump: a reapply checks its restore against it
+mv -f "$dir/.source" "$f.fingerprint"
+rm -f "$dir/.scratch" "$dir/.diff" "$dir/.restore.err"
 # 6. proven: remove the scratch copy and the active database
 mariadb -e "DROP DATABASE \`$scratch\`; DROP DATABASE \`$db\`"
 echo "dropped $db"
@@ -92,6 +96,8 @@ echo "dropped $db"
 _RESTORE = r"""
 set -euo pipefail
 db="$1"; dir="$2"
+""" + _FINGERPRINT + r"""
+empty() { mariadb -e "DROP DATABASE IF EXISTS \`$db\`; CREATE DATABASE \`$db\`"; }
 n=$(mariadb -N -B -e "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema='$db'")
 if [ "$n" != 0 ]; then echo "kept $db has $n tables"; exit 0; fi
 f=$(ls -1 "$dir"/"$db"-*.sql.gz 2>/dev/null | sort | tail -n 1 || true)
@@ -100,7 +106,14 @@ if [ -z "$f" ]; then echo "fresh no dump in $dir"; exit 0; fi
 want=$(cut -d' ' -f1 "$f.sha256"); have=$(sha256sum "$f" | cut -d' ' -f1)
 [ "$want" = "$have" ] || { echo "refused $f has SHA-256 $have, the backup recorded $want"; exit 3; }
 gzip -t "$f" 2>/dev/null || { echo "refused $f is not a valid gzip stream"; exit 3; }
-gunzip -c "$f" | mariadb "$db"
+if ! gunzip -c "$f" | mariadb "$db" 2>"$dir/.restore.err"; then
+  empty; echo "refused $f does not restore: $(head -c 300 "$dir/.restore.err")"; exit 3
+fi
+rm -f "$dir/.restore.err"
+# the restored history must be what the backup proved (same tables, job rows, checksums)
+if [ -f "$f.fingerprint" ] && ! fingerprint "$db" | diff -q - "$f.fingerprint" >/dev/null; then
+  empty; echo "refused the history restored from $f differs from the one its backup proved"; exit 3
+fi
 echo "restored $f"
 echo "sha256 $have"
 mariadb -N -B -e "SELECT table_name FROM information_schema.tables WHERE table_schema='$db'

@@ -142,7 +142,8 @@ def test_layer_rollback_and_reapply_keep_every_job_record_twice(accounted):
         set_accounting(proj, False)
         assert ssh("ctl", "systemctl is-active slurmdbd mariadb", check=False).stdout.split() != ["active", "active"]
         dumps = ssh("ctl", f"ls {BACKUPS}").stdout.split()
-        assert any(d.endswith(".sql.gz") for d in dumps) and any(d.endswith(".sha256") for d in dumps), dumps
+        for kind in (".sql.gz", ".sha256", ".fingerprint"):  # the dump, its hash, what it proved
+            assert any(d.endswith(kind) for d in dumps), dumps
         set_accounting(proj, True)
         assert job_ids(new) == before
         history = json.loads(proj.run("stack", "output", "accountingHistory", "--json", "--stack", "lab").stdout)
@@ -181,6 +182,17 @@ def test_a_damaged_dump_is_never_restored(accounted):
     assert "from a damaged backup" in p.stdout and "the backup recorded" in p.stdout, p.stdout[-3000:]
     assert ssh("ctl", "systemctl is-active slurmdbd", check=False).stdout.strip() != "active"
     ssh("ctl", flip)  # the byte back: the recorded hash matches again
+    # A restore that does not give back what the backup proved (here: the proven fingerprint
+    # says one more job row) leaves the database empty and stops the rollout.
+    fp = f"{newest}.fingerprint"
+    ssh("ctl", f"cp {fp} /tmp/fingerprint.orig && awk '$1 == \"jobs\" {{$3 = $3 + 1}} {{print}}' "
+               f"/tmp/fingerprint.orig > {fp}")
+    p = set_accounting(proj, True, check=False)
+    assert p.returncode != 0
+    assert "differs from the one its backup proved" in p.stdout, p.stdout[-3000:]
+    assert ssh("ctl", "mariadb -N -B -e \"SELECT COUNT(*) FROM information_schema.tables "
+                      "WHERE table_schema='slurm_acct_db'\"").stdout.strip() == "0"
+    ssh("ctl", f"cp /tmp/fingerprint.orig {fp}")
     set_accounting(proj, True)
     assert db_jobs() >= jobs
 
