@@ -180,6 +180,20 @@ class SlurmCluster(pulumi.ComponentResource):
         packages_hash = _sha(repr(sorted(node_packages.items())))[:16]
         canaries = [n for n in nodes if n.canary]
         rest = [n for n in nodes if not n.canary]
+
+        def acceptance(name: str, node: pulumi.Output[str], on: pulumi.Output[list[str]],
+                       triggers: dict, after: list[pulumi.Resource], open_partitions: bool) -> CanaryJob:
+            """The seed's single-GPU job on `node`, with every node of `on` ready first."""
+            return CanaryJob(
+                name, conn=ctl_conn, node=node,
+                gpus=node.apply(lambda c: by_name[c].gpus.count if c else 0),
+                gpu_type=node.apply(lambda c: by_name[c].gpus.type if c else ""),
+                user=s.canary_user, nodes=on,
+                partitions=[p.name for p in s.partitions], partition=ACCEPTANCE_PARTITION,
+                node_conns=on.apply(lambda ns: [conn_input(by_name[n], cfg.ssh, root) for n in ns]),
+                accounting=accounting, open_partitions=open_partitions, job_root="/tmp", marker=None,
+                timeout_s=cfg.acceptance.job_timeout_s, triggers=triggers,
+                opts=pulumi.ResourceOptions(parent=self, depends_on=after))
         for n in canaries:
             host_layer(n, node_packages, is_node=True)
         # Canary first inside the stack: the controller and the canary nodes take a new
@@ -191,18 +205,10 @@ class SlurmCluster(pulumi.ComponentResource):
             gate_nodes = self.admitted.apply(lambda names: [n.name for n in canaries if n.name in names])
             gate_node = gate_nodes.apply(
                 lambda names: next((n for n in names if by_name[n].gpus), ""))
-            self.canary_first = CanaryJob(
-                "canary-first", conn=ctl_conn, node=gate_node,
-                gpus=gate_node.apply(lambda c: by_name[c].gpus.count if c else 0),
-                gpu_type=gate_node.apply(lambda c: by_name[c].gpus.type if c else ""),
-                user=s.canary_user, nodes=gate_nodes,
-                partitions=[p.name for p in s.partitions], partition=ACCEPTANCE_PARTITION,
-                node_conns=gate_nodes.apply(lambda ns: [conn_input(by_name[n], cfg.ssh, root) for n in ns]),
-                accounting=accounting, open_partitions=False, job_root="/tmp", marker=None,
-                timeout_s=cfg.acceptance.job_timeout_s,
-                triggers={"restart": restart, "key": key_hash, "packages": packages_hash,
-                          "canaries": gate_nodes},
-                opts=pulumi.ResourceOptions(parent=self, depends_on=list(daemons)))
+            self.canary_first = acceptance(
+                "canary-first", gate_node, gate_nodes,
+                {"restart": restart, "key": key_hash, "packages": packages_hash, "canaries": gate_nodes},
+                after=list(daemons), open_partitions=False)
         for n in rest:
             host_layer(n, node_packages, is_node=True,
                        after=(self.canary_first,) if self.canary_first else ())
@@ -221,17 +227,9 @@ class SlurmCluster(pulumi.ComponentResource):
         canary = self.admitted.apply(pick)
         self.canary = None
         if cfg.acceptance.enabled and any(n.gpus for n in nodes):
-            self.canary = CanaryJob(
-                "canary-acceptance", conn=ctl_conn, node=canary,
-                gpus=canary.apply(lambda c: by_name[c].gpus.count if c else 0),
-                gpu_type=canary.apply(lambda c: by_name[c].gpus.type if c else ""),
-                user=s.canary_user, nodes=self.admitted,
-                partitions=[p.name for p in s.partitions], partition=ACCEPTANCE_PARTITION,
-                node_conns=admitted_specs.apply(lambda ns: [conn_input(n, cfg.ssh, root) for n in ns]),
-                accounting=accounting, job_root="/tmp", marker=None,
-                timeout_s=cfg.acceptance.job_timeout_s,
-                triggers={"restart": restart, "slurm.conf": conf_hash, "key": key_hash,
-                          "admitted": self.admitted,
-                          "packages": packages_hash},
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[reconf]))
+            self.canary = acceptance(
+                "canary-acceptance", canary, self.admitted,
+                {"restart": restart, "slurm.conf": conf_hash, "key": key_hash,
+                 "admitted": self.admitted, "packages": packages_hash},
+                after=[reconf], open_partitions=True)
         self.register_outputs({"admitted": self.admitted})
