@@ -54,7 +54,7 @@ from .config import GpuRuntimeLayer, NodeSpec
 from .errors import FleetError
 from .gpu import probe_source
 from .gpu.baseline import (
-    FleetVerdict, GpuExpectation, NodeVerdict, cuda_version_text, judge_fleet,
+    FleetVerdict, GpuExpectation, judge_fleet,
 )
 from .providers.base import Props, _entry
 from .providers.file import File
@@ -199,25 +199,6 @@ def expectations(props: Props) -> dict[str, GpuExpectation]:
     }
 
 
-def node_output(v: NodeVerdict) -> dict[str, Any]:
-    """One node's stack output."""
-    return {
-        "verdict": v.status,
-        "reasons": list(v.reasons),
-        "count": v.gpu_count,
-        "uuids": list(v.uuids),
-        "models": sorted(set(v.models)),
-        "driver": v.driver_version,
-        "nvml_version": v.nvml_version,
-        "kernel_module": v.kernel_module_version,
-        "cuda": cuda_version_text(v.cuda_driver_version) if v.cuda_driver_version else None,
-        "cuda_driver_version": v.cuda_driver_version,
-        "compute_capability": sorted(set(v.compute_capability)),
-        "bf16": v.bf16,
-        "cuda_runtime": v.cuda_runtime_output(),
-    }
-
-
 def fleet_verdict(props: Props, runs: Mapping[str, ProbeRun]) -> FleetVerdict:
     """Judge what the probes returned; a node without a document fails with the reason why."""
     docs = {n: r.document for n, r in runs.items() if r.document is not None}
@@ -232,7 +213,7 @@ def fleet_verdict(props: Props, runs: Mapping[str, ProbeRun]) -> FleetVerdict:
 def baseline_outputs(fv: FleetVerdict) -> dict[str, Any]:
     summary = fv.report().splitlines()[0]
     return {
-        "verdicts": {n: node_output(v) for n, v in fv.nodes.items()},
+        "verdicts": {n: v.output() for n, v in fv.nodes.items()},
         "healthy_nodes": fv.passed,
         "failed_nodes": fv.failed,
         "pending_nodes": fv.pending,

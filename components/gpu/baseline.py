@@ -102,17 +102,20 @@ class NodeVerdict:
                 "device_count": self.cuda_device_count, "sm70": self.sm70}
 
     def output(self) -> dict[str, Any]:
-        """The per-node stack output: count, UUIDs, driver, verdict and its reasons."""
+        """The per-node stack output (`gpu.verdicts.<node>`): verdict, reasons, count, UUIDs,
+        driver, CUDA."""
+        cuda = self.cuda_driver_version
         return {
             "verdict": self.status,
             "reasons": list(self.reasons),
-            "gpu_count": self.gpu_count,
+            "count": self.gpu_count,
             "uuids": list(self.uuids),
             "models": sorted(set(self.models)),
-            "driver_version": self.driver_version,
+            "driver": self.driver_version,
             "nvml_version": self.nvml_version,
-            "kernel_module_version": self.kernel_module_version,
-            "cuda_driver_version": self.cuda_driver_version,
+            "kernel_module": self.kernel_module_version,
+            "cuda": cuda_version_text(cuda) if cuda else None,
+            "cuda_driver_version": cuda,
             "compute_capability": sorted(set(self.compute_capability)),
             "bf16": self.bf16,
             "cuda_runtime": self.cuda_runtime_output(),
@@ -155,10 +158,6 @@ class FleetVerdict:
         for v in self.nodes.values():
             lines += [f"  {v.node} [{v.status}]: {r}" for r in v.reasons]
         return "\n".join(lines)
-
-    def output(self) -> dict[str, Any]:
-        return {"ok": self.ok, "problems": list(self.problems),
-                "nodes": {n: v.output() for n, v in self.nodes.items()}}
 
 
 # ---- expectations from the stack ---------------------------------------------------------

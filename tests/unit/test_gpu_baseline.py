@@ -75,13 +75,13 @@ def test_healthy_fleet_passes(cfg, run_fleet):
     v = judge(cfg, run_fleet(healthy()))
     assert v.ok, v.report()
     assert v.passed == FLEET and v.failed == [] and v.problems == ()
-    out = v.output()["nodes"]["gpu01"]
+    out = v.nodes["gpu01"].output()
     assert out["verdict"] == "ok" and out["reasons"] == []
-    assert out["gpu_count"] == 8
+    assert out["count"] == 8
     assert out["uuids"] == [gpu_uuid("gpu01", i) for i in range(8)]
     assert out["models"] == [V100]
-    assert out["driver_version"] == DRIVER and out["kernel_module_version"] == DRIVER
-    assert out["cuda_driver_version"] == 12090
+    assert out["driver"] == DRIVER and out["kernel_module"] == DRIVER
+    assert out["cuda"] == "12.9" and out["cuda_driver_version"] == 12090
     assert out["compute_capability"] == ["7.0"]
     assert out["bf16"] is False  # SM70: no BF16, the workload layer needs to know
 
