@@ -145,8 +145,8 @@ class SlurmCluster(pulumi.ComponentResource):
             if not is_node:
                 ctl_conf.append(written["slurm.conf"])
             deps: list[pulumi.Resource] = [munge, *files]
-            if is_node and s.fake_gpu_devices and host.name in {n.name for n in nodes}:
-                count = next(n for n in nodes if n.name == host.name).gpus.count
+            if is_node and s.fake_gpu_devices and host.name in by_name:
+                count = by_name[host.name].gpus.count
                 devs = " ".join(f"{s.gpu_device_prefix}{i}" for i in range(count))
                 deps.append(CommandWithVerify(
                     f"{h}-fake-gpus", conn=conn,
