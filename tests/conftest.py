@@ -24,3 +24,13 @@ def full_config() -> dict:
 @pytest.fixture
 def canary_config() -> dict:
     return copy.deepcopy(stack_config("canary"))
+
+
+@pytest.fixture
+def accounting_cfg():
+    """The canary stack, parsed, with the accounting layer on."""
+    from components.config import parse_fleet_config
+
+    raw = stack_config("canary")
+    raw["gpu-fleet:accounting"] = {"enabled": True}
+    return parse_fleet_config(raw, "canary")

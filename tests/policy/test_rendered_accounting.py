@@ -5,18 +5,14 @@ from __future__ import annotations
 import pytest
 
 from components.accounting import render_mariadb_cnf, render_slurmdbd_conf, render_slurmrestd_unit
-from components.config import parse_fleet_config
 from gpu_fleet_policies import exposure, secrets
-from tests.conftest import stack_config
 
 from .fakes import SYSTEMD_UNIT, file_args, resource_args, violations
 
 
 @pytest.fixture
-def cfg():
-    raw = stack_config("canary")
-    raw["gpu-fleet:accounting"] = {"enabled": True}
-    return parse_fleet_config(raw, "canary")
+def cfg(accounting_cfg):
+    return accounting_cfg
 
 
 def test_rendered_accounting_files_pass_the_policies(cfg):

@@ -8,15 +8,11 @@ from components.acceptance import judge, judge_sacct, parse_gres_used, parse_job
 from components.accounting import (
     judge_accounting, render_mariadb_cnf, render_slurmdbd_conf, render_slurmrestd_unit,
 )
-from components.config import parse_fleet_config
-from tests.conftest import stack_config
 
 
 @pytest.fixture
-def cfg():
-    raw = stack_config("canary")
-    raw["gpu-fleet:accounting"] = {"enabled": True}
-    return parse_fleet_config(raw, "canary")
+def cfg(accounting_cfg):
+    return accounting_cfg
 
 
 def test_slurmdbd_conf(cfg):
