@@ -30,6 +30,9 @@ if fleet.slurm is not None:
 if fleet.slurm is not None and fleet.slurm.accounting_history is not None:
     h = fleet.slurm.accounting_history
     pulumi.export("accountingHistory", {"restoredFrom": h.restored_from, "restoredJobs": h.restored_jobs})
+if fleet.slurm is not None and fleet.slurm.dbd_access is not None:
+    d = fleet.slurm.dbd_access
+    pulumi.export("dbdAccess", {"reachedFrom": d.reached_from, "refusedFrom": d.refused_from})
 if fleet.slurm is not None and fleet.slurm.canary is not None:
     c = fleet.slurm.canary
     pulumi.export("canary", {"passed": c.passed, "jobId": c.job_id,

@@ -10,6 +10,10 @@ Its history survives rollback: `AccountingHistory` (between the database and
 slurmdbd) removes the database only after a restore proved the backup, and
 restores the newest proven dump into the empty database on reapply.
 
+slurmdbd takes connections only from loopback, the controller and the compute
+network: `dbd_firewall` loads the controller's nftables table before slurmdbd
+may start, and proves it from both sides on every rollout.
+
 Verified on every rollout by `AccountingCheck`, from the kernel's view, not the
 config: MariaDB's listening sockets are loopback only, nothing listens on TCP for
 slurmrestd, and slurmrestd answers on its socket with a token minted on the host
@@ -26,6 +30,7 @@ import pulumi
 from pulumi.dynamic import Resource
 
 from .accounting_history import AccountingHistory
+from . import dbd_firewall as fw
 from .config import FleetConfig
 from .errors import FleetError
 from .hosts import conn_input
@@ -185,12 +190,13 @@ class Accounting(pulumi.ComponentResource):
         after = lambda *deps: pulumi.ResourceOptions(parent=self, depends_on=[*deps])  # noqa: E731
         restd_user = Account("restd-account", conn=conn, user=a.restd_user, uid=a.restd_uid,
                              gid=a.restd_uid, opts=after(*depends_on))
+        firewall = self._dbd_firewall(cfg, conn, after(restd_user, *depends_on))
         pkgs = {"mariadb-server": a.mariadb_version, "slurmdbd": s.release.debian_version,
                 "slurmrestd": s.release.debian_version,
                 "slurm-wlm-mysql-plugin": s.release.debian_version}
         packages = PackageSet("accounting-packages", conn=conn,
                               packages={k: v for k, v in pkgs.items() if v}, hold=True,
-                              opts=after(restd_user, *depends_on))
+                              opts=after(firewall))
         cnf = File("mariadb-config", conn=conn, path=MARIADB_CNF, content=render_mariadb_cnf(cfg),
                    opts=after(packages))
         datadir = CommandWithVerify(
@@ -216,18 +222,45 @@ class Accounting(pulumi.ComponentResource):
                         content=db_password.apply(lambda pw: render_slurmdbd_conf(cfg, pw)),
                         mode="0600", owner="slurm", group="slurm", secret=True, opts=after(packages))
         dbd = SystemdUnit("slurmdbd", conn=conn, unit="slurmdbd.service",
+                          dropins={"gpu-fleet-firewall.conf": fw.DBD_DROPIN},
                           triggers={"conf": db_password.apply(lambda pw: _sha(render_slurmdbd_conf(cfg, pw))),
                                     "jwt": jwt_key.apply(_sha)},
                           opts=after(db_user, self.history, key, dbd_conf))
         # slurmctld refuses to start while slurmdbd cannot serve (no TRES from the database).
-        self.ready = CommandWithVerify(
+        serving = CommandWithVerify(
             "slurmdbd-serving", conn=conn,
             create=["sh", "-c", 'for i in $(seq 60); do ss -Hltn "sport = :6819" | grep -q . && exit 0; '
                     'sleep 1; done; echo "slurmdbd is not listening on 6819 after 60 s" >&2; exit 1'],
             verify=["sh", "-c", 'ss -Hltn "sport = :6819" | grep -q .'], opts=after(dbd))
+        # Fail closed before slurmctld uses accounting: the port is open to the nodes only.
+        self.ready = fw.DbdReachability(
+            "dbd-reachability", conn=conn, address=ctl.address,
+            clients=[conn_input(n, cfg.ssh, root) for n in cfg.nodes if n.owner != "unreachable"],
+            outsiders=[conn_input(h, cfg.ssh, root) for h in fw.outsiders(cfg)],
+            triggers={"rules": _sha(fw.render_ruleset(fw.allowed_sources(cfg))),
+                      "dbd": db_password.apply(lambda pw: _sha(render_slurmdbd_conf(cfg, pw)))},
+            max_parallel=cfg.ssh.max_parallel, opts=after(serving))
         self.restd_unit = render_slurmrestd_unit(cfg)
         self.conn = conn
         self.register_outputs({})
+
+    def _dbd_firewall(self, cfg: FleetConfig, conn: dict,
+                      opts: pulumi.ResourceOptions) -> pulumi.Resource:
+        """nftables (when the stack pins it), the validated ruleset, its unit, and the proof
+        that the live table is the one loaded (refresh notices a flushed table)."""
+        after = lambda *deps: pulumi.ResourceOptions(parent=self, depends_on=[*deps])  # noqa: E731
+        prev = [*opts.depends_on]
+        if cfg.accounting.nftables_version:
+            prev = [PackageSet("dbd-firewall-packages", conn=conn,
+                               packages={"nftables": cfg.accounting.nftables_version}, hold=True,
+                               opts=opts)]
+        rules = fw.render_ruleset(fw.allowed_sources(cfg))
+        rules_file = File("dbd-firewall-rules", conn=conn, path=fw.RULES_PATH, content=rules,
+                          validate=["nft", "-c", "-f", "{}"], opts=after(*prev))
+        unit = SystemdUnit("dbd-firewall", conn=conn, unit=fw.UNIT, content=fw.render_unit(),
+                           triggers={"rules": _sha(rules)}, opts=after(rules_file))
+        return CommandWithVerify("dbd-firewall-loaded", conn=conn, create=["systemctl", "restart", fw.UNIT],
+                                 verify=fw.VERIFY_LOADED, opts=after(unit))
 
     def after_controller(self, cfg: FleetConfig, slurmctld: pulumi.Resource,
                          jwt_key: pulumi.Output[str]) -> AccountingCheck:

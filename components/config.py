@@ -19,7 +19,7 @@ import json
 import re
 from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, IPvAnyNetwork, ValidationError, field_validator
 
 from .errors import ConfigError
 
@@ -224,11 +224,16 @@ class AccountingLayer(_Strict):
     database: Annotated[str, Field(pattern=r"^[A-Za-z0-9_]+$")] = "slurm_acct_db"
     db_user: Annotated[str, Field(pattern=r"^[A-Za-z0-9_]+$")] = "slurm"
     mariadb_version: Optional[str] = None
+    #: the nftables package for slurmdbd's firewall; unset: the host must already have `nft`
+    nftables_version: Optional[str] = None
     datadir: Annotated[str, Field(pattern=r"^/[^\s]*$")] = "/srv/gpu-fleet/mariadb"
     #: where a rollback keeps its proven dumps (outside the datadir, which rollback removes)
     backup_dir: Annotated[str, Field(pattern=r"^/[^\s]*$")] = "/srv/gpu-fleet/backup/accounting"
     restd_user: HostName = "slurmrestd"
     restd_uid: int = Field(64201, ge=1000, le=2**31)
+    #: who else may reach slurmdbd's port besides loopback, the controller and every node
+    #: given by IP address: the compute network's or the login nodes' CIDRs
+    dbd_clients: list[IPvAnyNetwork] = Field(default_factory=list)
 
 
 class WebLayer(_Strict):
@@ -409,7 +414,22 @@ def _cross_check(cfg: FleetConfig) -> list[str]:
         problems.append(f"{PROJECT}:accounting.backup_dir: {a.backup_dir} is inside accounting.datadir "
                         f"({a.datadir}), which rollback removes once the dump is proven; keep the "
                         "dumps outside it")
+    if a.enabled and not a.dbd_clients:
+        for i, n in enumerate(cfg.nodes):
+            if not _is_ip(n.address):
+                problems.append(
+                    f"{PROJECT}:nodes[{i}] ({n.name}).address: {n.address!r} is a DNS name, so "
+                    "slurmdbd's firewall cannot admit it by address; list the compute network in "
+                    "accounting.dbd_clients")
     return problems
+
+
+def _is_ip(address: str) -> bool:
+    try:
+        ipaddress.ip_address(address)
+        return True
+    except ValueError:
+        return False
 
 
 def _decode(value: Any) -> Any:

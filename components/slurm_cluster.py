@@ -110,6 +110,7 @@ class SlurmCluster(pulumi.ComponentResource):
         daemons: list[pulumi.Resource] = []
         self.accounting_check = None
         self.accounting_history = None
+        self.dbd_access = None
 
         ctl_conf: list[pulumi.Resource] = []
 
@@ -160,6 +161,7 @@ class SlurmCluster(pulumi.ComponentResource):
                                   opts=pulumi.ResourceOptions(parent=self))
                 deps.append(acct.ready)
                 self.accounting_history = acct.history
+                self.dbd_access = acct.ready
             unit = "slurmd.service" if is_node else "slurmctld.service"
             serving = self.admitted.apply(lambda names: h in names) if is_node else True
             daemon = SystemdUnit(

@@ -35,6 +35,8 @@ def accounted(lab, tmp_path_factory):
     proj.run("config", "set", "--path", "gpu-fleet:accounting.enabled", "true", "--stack", "lab")
     proj.run("config", "set", "--path", "gpu-fleet:accounting.mariadb_version",
              repo_version("mariadb-server"), "--stack", "lab")
+    proj.run("config", "set", "--path", "gpu-fleet:accounting.nftables_version",
+             repo_version("nftables"), "--stack", "lab")
     proj.run("up", "--yes", "--stack", "lab", timeout=1200)
     yield proj, before
     proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
@@ -81,6 +83,57 @@ def test_db_password_and_jwt_key_never_in_plain_text(accounted):
     for s in secrets:
         assert len(s) >= 32
         assert s not in state and s not in proj.log.read_text() and s not in logs
+
+
+CTL = "10.213.57.11"
+
+
+def connects(host: str, address: str = CTL, port: int = 6819) -> bool:
+    return ssh(host, f"timeout 5 bash -c 'exec 3<>/dev/tcp/{address}/{port}'", check=False).returncode == 0
+
+
+def test_slurmdbd_admits_the_nodes_and_refuses_the_storage_host(accounted):
+    proj, _ = accounted
+    access = json.loads(proj.run("stack", "output", "dbdAccess", "--json", "--stack", "lab").stdout)
+    assert access == {"reachedFrom": ["node1", "node2", "node3"], "refusedFrom": ["storage"]}
+    # slurmdbd itself listens on every address: the kernel's table is what keeps storage out.
+    assert "0.0.0.0:6819" in ssh("ctl", "ss -Hltn 'sport = :6819'").stdout
+    assert connects("node3") and connects("ctl")
+    assert not connects("storage")
+    assert connects("storage", port=22)  # the host is there; only slurmdbd's port is closed to it
+    assert ssh("ctl", "systemctl show -p Requires slurmdbd").stdout.count("gpu-fleet-slurmdbd-firewall.service") == 1
+
+
+def test_a_flushed_firewall_is_noticed_and_loaded_again(accounted):
+    proj, _ = accounted
+    ssh("ctl", "nft delete table inet gpu_fleet_slurmdbd")
+    assert connects("storage")  # what the refusing side of the check exists for
+    preview = proj.run("preview", "--refresh", "--diff", "--stack", "lab").stdout
+    assert "dbd-firewall-loaded" in preview, preview[-3000:]
+    proj.run("up", "--refresh", "--yes", "--stack", "lab", timeout=900)
+    assert not connects("storage") and connects("node1")
+
+
+def test_a_node_that_cannot_reach_slurmdbd_stops_the_rollout(accounted):
+    proj, _ = accounted
+    # node2 has no route to the controller (a broken route on the node, not on the controller)
+    ssh("node2", f"ip route add unreachable {CTL}/32")
+    ctld = ssh("ctl", "systemctl show -p MainPID --value slurmctld").stdout.strip()
+    try:
+        proj.run("config", "set", "--path", "gpu-fleet:accounting.dbd_clients[0]", "192.0.2.0/24",
+                 "--stack", "lab")
+        p = proj.run("up", "--yes", "--stack", "lab", timeout=900, check=False)
+    finally:
+        ssh("node2", f"ip route del unreachable {CTL}/32")
+    assert p.returncode != 0
+    assert f"node2 cannot reach slurmdbd at {CTL}:6819 (" in p.stdout, p.stdout[-3000:]
+    assert "node1 cannot" not in p.stdout and "node3 cannot" not in p.stdout
+    # the new rule set is in the kernel (192.0.2.0/24 admitted), slurmctld was left alone
+    assert "192.0.2.0/24" in ssh("ctl", "nft list table inet gpu_fleet_slurmdbd").stdout
+    assert ssh("ctl", "systemctl show -p MainPID --value slurmctld").stdout.strip() == ctld
+    proj.run("config", "rm", "--path", "gpu-fleet:accounting.dbd_clients", "--stack", "lab")
+    proj.run("up", "--yes", "--stack", "lab", timeout=900)
+    assert "192.0.2.0/24" not in ssh("ctl", "nft list table inet gpu_fleet_slurmdbd").stdout
 
 
 def test_second_up_changes_nothing(accounted):
