@@ -33,6 +33,10 @@ if fleet.slurm is not None and fleet.slurm.accounting_history is not None:
 if fleet.slurm is not None and fleet.slurm.dbd_access is not None:
     d = fleet.slurm.dbd_access
     pulumi.export("dbdAccess", {"reachedFrom": d.reached_from, "refusedFrom": d.refused_from})
+if fleet.slurm is not None and fleet.slurm.cluster_id is not None:
+    c = fleet.slurm.cluster_id
+    pulumi.export("clusterId", {"adopted": c.adopt, "controllerId": c.controller_id, "dbdId": c.dbd_id,
+                                "why": c.why, "kept": c.kept})
 if fleet.slurm is not None and fleet.slurm.canary is not None:
     c = fleet.slurm.canary
     pulumi.export("canary", {"passed": c.passed, "jobId": c.job_id,

@@ -31,6 +31,7 @@ from pulumi.dynamic import Resource
 
 from .accounting_history import AccountingHistory
 from . import dbd_firewall as fw
+from .cluster_id import ClusterIdAdoption
 from .config import FleetConfig
 from .errors import FleetError
 from .hosts import conn_input
@@ -111,10 +112,14 @@ tok=$(runuser -u "$user" -- scontrol token lifespan=60 2>/dev/null | sed -n 's/^
 if [ -z "$tok" ]; then echo "status notoken"; exit 0; fi
 code=$(SOCK="$sock" RUSER="$user" TOK="$tok" python3 -c '
 import os, socket
-s = socket.socket(socket.AF_UNIX); s.settimeout(10); s.connect(os.environ["SOCK"])
-s.sendall(("GET /slurm/v0.0.38/ping HTTP/1.0\r\nX-SLURM-USER-NAME: %s\r\nX-SLURM-USER-TOKEN: %s\r\n\r\n"
-           % (os.environ["RUSER"], os.environ["TOK"])).encode())
-print(s.recv(64).split(b" ")[1].decode())' 2>&1 | tail -n1)
+for v in ("v0.0.38", "v0.0.40", "v0.0.41", "v0.0.42"):  # 22.05 serves up to .38, 24.11 from .40
+    s = socket.socket(socket.AF_UNIX); s.settimeout(10); s.connect(os.environ["SOCK"])
+    s.sendall(("GET /slurm/%s/ping HTTP/1.0\r\nX-SLURM-USER-NAME: %s\r\nX-SLURM-USER-TOKEN: %s\r\n\r\n"
+               % (v, os.environ["RUSER"], os.environ["TOK"])).encode())
+    code = s.recv(64).split(b" ")[1].decode()
+    if code != "404":
+        break
+print(code)' 2>&1 | tail -n1)
 echo "status $code"
 """
 
@@ -233,13 +238,26 @@ class Accounting(pulumi.ComponentResource):
                     'sleep 1; done; echo "slurmdbd is not listening on 6819 after 60 s" >&2; exit 1'],
             verify=["sh", "-c", 'ss -Hltn "sport = :6819" | grep -q .'], opts=after(dbd))
         # Fail closed before slurmctld uses accounting: the port is open to the nodes only.
-        self.ready = fw.DbdReachability(
+        self.access = fw.DbdReachability(
             "dbd-reachability", conn=conn, address=ctl.address,
             clients=[conn_input(n, cfg.ssh, root) for n in cfg.nodes if n.owner != "unreachable"],
             outsiders=[conn_input(h, cfg.ssh, root) for h in fw.outsiders(cfg)],
             triggers={"rules": _sha(fw.render_ruleset(fw.allowed_sources(cfg))),
                       "dbd": db_password.apply(lambda pw: _sha(render_slurmdbd_conf(cfg, pw)))},
             max_parallel=cfg.ssh.max_parallel, opts=after(serving))
+        # Registered by us before slurmctld starts with accounting, so that a controller with
+        # state of its own meets the DBD's ClusterID here and not as a fatal error at start.
+        name = cfg.slurm.cluster_name
+        cluster = CommandWithVerify(
+            "cluster-registration", conn=conn,
+            create=["sh", "-c", 'sacctmgr -n -P list cluster format=cluster | grep -qx "$1" || '
+                    'sacctmgr -i add cluster "$1"', "sh", name],
+            verify=["sh", "-c", 'sacctmgr -n -P list cluster format=cluster | grep -qx "$1"', "sh", name],
+            opts=after(self.access))
+        self.cluster_id = ClusterIdAdoption(
+            "cluster-id", conn=conn, cluster=name, database=a.database, backup_dir=a.backup_dir,
+            triggers={"restored": self.history.restored_from}, opts=after(cluster))
+        self.ready = self.cluster_id
         self.restd_unit = render_slurmrestd_unit(cfg)
         self.conn = conn
         self.register_outputs({})
@@ -264,20 +282,12 @@ class Accounting(pulumi.ComponentResource):
 
     def after_controller(self, cfg: FleetConfig, slurmctld: pulumi.Resource,
                          jwt_key: pulumi.Output[str]) -> AccountingCheck:
-        """Cluster registration, slurmrestd and the verification, once slurmctld runs."""
+        """slurmrestd and the verification, once slurmctld runs."""
         a = cfg.accounting
         after = lambda *deps: pulumi.ResourceOptions(parent=self, depends_on=[*deps])  # noqa: E731
-        name = cfg.slurm.cluster_name
-        cluster = CommandWithVerify(
-            "cluster-registration", conn=self.conn,
-            # slurmctld may register itself first; then there is nothing to add.
-            create=["sh", "-c", 'sacctmgr -n -P list cluster format=cluster | grep -qx "$1" || '
-                    'sacctmgr -i add cluster "$1"', "sh", name],
-            verify=["sh", "-c", 'sacctmgr -n -P list cluster format=cluster | grep -qx "$1"', "sh", name],
-            opts=after(slurmctld))
         restd = SystemdUnit("slurmrestd", conn=self.conn, unit="slurmrestd.service",
                             content=self.restd_unit, triggers={"jwt": jwt_key.apply(_sha)},
                             opts=after(slurmctld))
         return AccountingCheck("accounting-check", conn=self.conn, user=a.restd_user,
                                triggers={"unit": _sha(self.restd_unit), "jwt": jwt_key.apply(_sha)},
-                               opts=after(cluster, restd))
+                               opts=after(restd))

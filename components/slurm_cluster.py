@@ -111,6 +111,7 @@ class SlurmCluster(pulumi.ComponentResource):
         self.accounting_check = None
         self.accounting_history = None
         self.dbd_access = None
+        self.cluster_id = None
 
         ctl_conf: list[pulumi.Resource] = []
 
@@ -161,7 +162,8 @@ class SlurmCluster(pulumi.ComponentResource):
                                   opts=pulumi.ResourceOptions(parent=self))
                 deps.append(acct.ready)
                 self.accounting_history = acct.history
-                self.dbd_access = acct.ready
+                self.dbd_access = acct.access
+                self.cluster_id = acct.cluster_id
             unit = "slurmd.service" if is_node else "slurmctld.service"
             serving = self.admitted.apply(lambda names: h in names) if is_node else True
             daemon = SystemdUnit(

@@ -65,6 +65,22 @@ systemctl enable systemd-networkd.service >/dev/null 2>&1
 # nothing that wants the network, a console or a timer
 systemctl mask apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer \\
   dpkg-db-backup.timer console-getty.service systemd-firstboot.service >/dev/null 2>&1
+# The cgroup v1 controllers a v1 Slurm node has. The container sees the unified hierarchy
+# only; Slurm 22.05 mounted the v1 controllers itself (CgroupAutomount), 24.11 no longer does.
+cat > /etc/systemd/system/gpu-fleet-lab-cgroup-v1.service <<'UNIT'
+[Unit]
+Description=lab: mount the cgroup v1 controllers Slurm's cgroup/v1 plugin uses
+Before=slurmd.service slurmctld.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh -c 'for c in cpuset memory devices freezer cpuacct; do d=/sys/fs/cgroup/$c; mountpoint -q $d || {{ mkdir -p $d && mount -t cgroup -o $c cgroup $d; }}; done'
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+systemctl enable gpu-fleet-lab-cgroup-v1.service >/dev/null 2>&1
 # test users for the transport's sudo handling (key login; no usable password)
 useradd -m -u {ADMIN_UID} -U -s /bin/bash fleetadmin
 useradd -m -u {NOPW_UID} -U -s /bin/bash fleetnopw

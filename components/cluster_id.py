@@ -1,0 +1,192 @@
+"""ClusterID adoption: a controller with state meets an accounting database.
+
+Since Slurm 23.02 slurmctld keeps `<name>|<ClusterID>` in StateSaveLocation's
+`clustername` file. A controller that ran without accounting made its own ID;
+slurmdbd gives the cluster another when it is registered, and slurmctld then
+refuses to start (`CLUSTER ID MISMATCH`) - Slurm guarding shared state. Deleting
+the file would silence the guard; the seed's answer, done here between the
+cluster's registration and slurmctld's start:
+
+- stop the writer (slurmctld), keep the controller's file next to the accounting
+  backups with its SHA-256, and record its ID in the stack;
+- take the DBD's registration as authoritative: the file gets the DBD's ID;
+- on rollback (layer removed) slurmctld is stopped again, the kept file is
+  checked against its hash and put back, and slurmctld started if it ran.
+
+A controller without a file yet (slurmctld takes the DBD's ID itself), one whose
+file carries no ID (Slurm before 23.02) or the same ID needs nothing. A file
+naming another cluster is refused: that is the name guard, not ours to adopt.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pulumi
+from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
+
+from .errors import FleetError
+from .providers.base import Props, _entry, target_of
+from .transport import connection, sh
+
+STATE_FILE = "/var/lib/slurm/slurmctld/clustername"
+
+# $1 state file, $2 database, $3 cluster (both names are validated identifiers)
+_PROBE = r"""
+f="$1"
+echo "== file"
+if [ -f "$f" ]; then cat -- "$f"; echo; echo "== sha"; sha256sum -- "$f" | cut -d' ' -f1; fi
+echo "== dbd"
+mariadb -N -B -e "SELECT id FROM \`$2\`.cluster_table WHERE name='$3' AND deleted=0" 2>&1
+"""
+
+# $1 state file, $2 kept copy, $3 the file's expected sha256, $4 new content
+_ADOPT = r"""
+set -eu
+f="$1"; keep="$2"
+systemctl stop slurmctld.service
+[ "$(sha256sum -- "$f" | cut -d' ' -f1)" = "$3" ] || { echo "$f changed since it was read" >&2; exit 3; }
+install -d -m 0700 "$(dirname -- "$keep")"
+cp -p -- "$f" "$keep.tmp"; sync "$keep.tmp"
+[ "$(sha256sum -- "$keep.tmp" | cut -d' ' -f1)" = "$3" ] || { echo "the kept copy differs from $f" >&2; exit 4; }
+mv -f -- "$keep.tmp" "$keep"
+t="$f.gpu-fleet.tmp"
+printf '%s' "$4" > "$t"; chown --reference="$f" "$t"; chmod --reference="$f" "$t"; mv -f -- "$t" "$f"
+"""
+
+# $1 state file, $2 kept copy, $3 its sha256
+_RESTORE = r"""
+set -eu
+f="$1"; keep="$2"
+if [ ! -d "$(dirname -- "$f")" ]; then echo "no controller state left; nothing to restore"; exit 0; fi
+[ -f "$keep" ] || { echo "the kept clustername $keep is gone" >&2; exit 3; }
+[ "$(sha256sum -- "$keep" | cut -d' ' -f1)" = "$3" ] || { echo "the kept clustername $keep does not match its recorded SHA-256" >&2; exit 4; }
+was=$(systemctl is-active slurmctld.service || true)
+systemctl stop slurmctld.service
+t="$f.gpu-fleet.tmp"
+cp -p -- "$keep" "$t"; mv -f -- "$t" "$f"
+[ "$was" = active ] && systemctl start slurmctld.service
+echo "restored"
+"""
+
+
+def parse_probe(stdout: str) -> dict[str, Any]:
+    """-> {"file": text or None, "sha": ..., "dbd": [ids] or an error line}."""
+    section, out = None, {"file": None, "sha": None, "dbd": [], "dbd_error": None}
+    for line in stdout.splitlines():
+        if line.startswith("== "):
+            section = line[3:]
+            if section == "file":
+                out["file"] = ""
+            continue
+        if section == "file" and line:
+            out["file"] = line
+        elif section == "sha" and line:
+            out["sha"] = line.strip()
+        elif section == "dbd" and line.strip():
+            if line.strip().isdigit():
+                out["dbd"].append(int(line.strip()))
+            else:
+                out["dbd_error"] = line.strip()
+    if out["file"] is not None and out["sha"] is None:
+        out["file"] = None  # no file: the `== file` header alone
+    return out
+
+
+def plan_adoption(cluster: str, file_text: Optional[str], dbd_ids: list[int]) -> dict[str, Any]:
+    """Pure: what the controller's state and the DBD's registration call for.
+
+    -> {"adopt": bool, "controller_id": int|None, "dbd_id": int, "why": str}; raises
+    when there is nothing safe to do."""
+    if len(dbd_ids) != 1:
+        raise FleetError(f"cluster {cluster!r}: the accounting database has "
+                         f"{'no' if not dbd_ids else len(dbd_ids)} registration(s) for it; "
+                         "it must be registered once before slurmctld starts with accounting")
+    dbd = dbd_ids[0]
+    if file_text is None:
+        return {"adopt": False, "controller_id": None, "dbd_id": dbd,
+                "why": "no controller state yet: slurmctld takes the DBD's ClusterID"}
+    name, sep, ident = file_text.strip().partition("|")
+    if name != cluster:
+        raise FleetError(f"the controller's state belongs to cluster {name!r}, not {cluster!r} "
+                         f"({STATE_FILE}); refusing to adopt another cluster's state")
+    if not sep or not ident.strip():
+        return {"adopt": False, "controller_id": None, "dbd_id": dbd,
+                "why": "the controller's state has no ClusterID (Slurm before 23.02)"}
+    if not ident.strip().isdigit():
+        raise FleetError(f"{STATE_FILE}: unreadable ClusterID {ident!r}")
+    mine = int(ident)
+    if mine == dbd:
+        return {"adopt": False, "controller_id": mine, "dbd_id": dbd,
+                "why": "the controller already has the DBD's ClusterID"}
+    return {"adopt": True, "controller_id": mine, "dbd_id": dbd,
+            "why": f"CLUSTER ID MISMATCH: controller state {mine}, DBD {dbd}; adopting the DBD's"}
+
+
+class ClusterIdAdoptionProvider(ResourceProvider):
+    """Adopts on create and when triggers change; restores the kept file on delete."""
+
+    def _run(self, props: Props) -> dict[str, Any]:
+        conn = connection(target_of(props))
+        conn.connect()
+        probe = conn.run(sh(_PROBE, STATE_FILE, props["database"], props["cluster"]), mutating=False,
+                         check=False)
+        seen = parse_probe(probe.stdout)
+        if seen["dbd_error"]:
+            raise FleetError(f"host {conn.t.name}: cannot read the DBD's ClusterID: {seen['dbd_error']}")
+        plan = plan_adoption(props["cluster"], seen["file"], seen["dbd"])
+        out = {**plan, "kept": None, "kept_sha256": None}
+        if plan["adopt"]:
+            stamp = probe_time(conn)
+            keep = f"{props['backup_dir']}/clustername.{plan['controller_id']}.{stamp}"
+            conn.run(sh(_ADOPT, STATE_FILE, keep, seen["sha"], f"{props['cluster']}|{plan['dbd_id']}"),
+                     mutating=True)
+            out.update(kept=keep, kept_sha256=seen["sha"])
+        return out
+
+    @_entry
+    def create(self, props: Props) -> CreateResult:
+        return CreateResult(id_=f"{target_of(props).name}:cluster-id", outs={**props, **self._run(props)})
+
+    @_entry
+    def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
+        out = self._run(news)
+        if not out["adopt"] and olds.get("kept"):  # an earlier adoption's original stays the one to restore
+            out.update(adopt=olds.get("adopt"), controller_id=olds.get("controller_id"),
+                       kept=olds["kept"], kept_sha256=olds.get("kept_sha256"))
+        return UpdateResult(outs={**news, **out})
+
+    @_entry
+    def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
+        changed = any(olds.get(k) != news.get(k) for k in ("triggers", "cluster", "database"))
+        return DiffResult(changes=changed, replaces=[], stables=[], delete_before_replace=False)
+
+    def read(self, id_: str, props: Props) -> ReadResult:
+        return ReadResult(id_=id_, outs=props)
+
+    @_entry
+    def delete(self, _id: str, props: Props) -> None:
+        if not props.get("kept"):
+            return
+        conn = connection(target_of(props))
+        conn.connect()
+        conn.run(sh(_RESTORE, STATE_FILE, props["kept"], props["kept_sha256"]), mutating=True)
+
+
+def probe_time(conn) -> str:
+    return conn.run(["date", "-u", "+%Y%m%dT%H%M%SZ"], mutating=False).stdout.strip()
+
+
+class ClusterIdAdoption(pulumi.dynamic.Resource, module="slurm", name="ClusterIdAdoption"):
+    adopt: pulumi.Output[bool]
+    controller_id: pulumi.Output[Optional[int]]
+    dbd_id: pulumi.Output[int]
+    why: pulumi.Output[str]
+    kept: pulumi.Output[Optional[str]]
+
+    def __init__(self, name: str, *, conn: dict, cluster: str, database: str, backup_dir: str,
+                 triggers: pulumi.Input[dict], opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__(ClusterIdAdoptionProvider(), name,
+                         {"conn": conn, "cluster": cluster, "database": database, "backup_dir": backup_dir,
+                          "triggers": triggers, "adopt": None, "controller_id": None, "dbd_id": None,
+                          "why": None, "kept": None, "kept_sha256": None}, opts)

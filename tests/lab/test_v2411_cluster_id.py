@@ -1,0 +1,125 @@
+"""ClusterID adoption on the lab, with Slurm 24.11 (the lab's 22.05 has no ClusterID).
+
+The seed's failure: a controller that ran without accounting has its own ClusterID in its
+state; the accounting database registers the cluster under another, and slurmctld refuses
+to start (`CLUSTER ID MISMATCH`). Runs last among the lab modules (it installs another release).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from lab import slurm_release
+from tests.pulumi_cli import PulumiProject
+
+from .labhosts import lab_conn, ssh
+from .test_accounting import connects, repo_version
+from .test_slurm_cluster import as_user
+
+STATE = "/var/lib/slurm/slurmctld/clustername"
+SOURCE = "/srv/gpu-fleet/build/slurm-24.11"
+BACKUPS = "/srv/gpu-fleet/backup/accounting-24.11"
+
+
+def copy_release_to_storage() -> None:
+    out = slurm_release.ensure_release()
+    from components.transport import SshTarget
+    from components.transport.ssh import ssh_argv
+    tar = subprocess.Popen(["tar", "cf", "-", "-C", str(out), *[p.name for p in slurm_release.debs(out)]],
+                           stdout=subprocess.PIPE)
+    t = SshTarget.from_dict(lab_conn("storage"))
+    subprocess.run([*ssh_argv(t), "--", f"mkdir -p {SOURCE} && tar xf - -C {SOURCE}"], stdin=tar.stdout,
+                   check=True, timeout=300)
+    assert tar.wait() == 0
+
+
+def state_file() -> str:
+    return ssh("ctl", f"cat {STATE}").stdout.strip()
+
+
+def set_accounting(proj, on: bool) -> subprocess.CompletedProcess:
+    proj.run("config", "set", "--path", "gpu-fleet:accounting.enabled", str(on).lower(), "--stack", "lab")
+    return proj.run("up", "--yes", "--stack", "lab", timeout=1500)
+
+
+def cluster_id(proj) -> dict:
+    return json.loads(proj.run("stack", "output", "clusterId", "--json", "--stack", "lab").stdout)
+
+
+@pytest.fixture(scope="module")
+def release24(lab, tmp_path_factory):
+    copy_release_to_storage()
+    tmp = tmp_path_factory.mktemp("release24")
+    proj = PulumiProject.copy_of_repo(tmp)
+    proj.env["GPU_FLEET_COMMAND_LOG"] = str(tmp / "commands.jsonl")
+    proj.init_stack("lab")
+    release = {"version": slurm_release.VERSION, "debian_version": slurm_release.DEBIAN_VERSION,
+               "source_dir": SOURCE}
+    for k, v in release.items():
+        proj.run("config", "set", "--path", f"gpu-fleet:slurm.release.{k}", v, "--stack", "lab")
+    # Its own history: the 22.05 modules' dumps are a schema 24.11's slurmdbd cannot upgrade.
+    proj.run("config", "set", "--path", "gpu-fleet:accounting.backup_dir", BACKUPS, "--stack", "lab")
+    for k, pkg in (("mariadb_version", "mariadb-server"), ("nftables_version", "nftables")):
+        proj.run("config", "set", "--path", f"gpu-fleet:accounting.{k}", repo_version(pkg), "--stack", "lab")
+    proj.run("up", "--yes", "--stack", "lab", timeout=1500)  # accounting off: the controller's own ID
+    proj.own = state_file()
+    yield proj
+    proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=1200)
+
+
+def test_a_controller_without_accounting_makes_its_own_cluster_id(release24):
+    assert ssh("ctl", "slurmctld -V").stdout.split() == ["slurm-wlm", "24.11.5"]
+    name, _, ident = release24.own.partition("|")
+    assert name == "lab" and ident.isdigit(), release24.own
+
+
+def test_accounting_adopts_the_dbds_cluster_id_and_keeps_the_controllers(release24):
+    proj = release24
+    set_accounting(proj, True)
+    own = int(proj.own.partition("|")[2])
+    got = cluster_id(proj)
+    assert got["adopted"] is True and got["controllerId"] == own and got["dbdId"] != own, got
+    assert "CLUSTER ID MISMATCH" in got["why"]
+    assert state_file() == f"lab|{got['dbdId']}"
+    assert ssh("ctl", f"cat {got['kept']}").stdout.strip() == proj.own  # the original, kept
+    log = ssh("ctl", "cat /var/log/slurm/slurmctld.log").stdout
+    assert f"started on cluster lab({got['dbdId']})" in log.splitlines()[-200:].__str__()
+    canary = json.loads(proj.run("stack", "output", "canary", "--json", "--stack", "lab").stdout)
+    tres = ssh("ctl", f"sacct -X -n -P -j {canary['jobId']} -o AllocTRES").stdout
+    assert "gres/gpu:v100=1" in tres, tres
+    assert connects("node1") and not connects("storage")
+
+
+def test_without_the_adoption_slurmctld_refuses_to_start(release24):
+    """The mismatch itself, on the real daemons: the controller's original file back in place."""
+    got = cluster_id(release24)
+    ssh("ctl", f"systemctl stop slurmctld && cp -p {got['kept']} {STATE} && "
+               "(systemctl start slurmctld || true)")
+    try:
+        log = ssh("ctl", "tail -n 20 /var/log/slurm/slurmctld.log").stdout
+        assert "CLUSTER ID MISMATCH" in log, log
+        assert f'"ClusterID={got["controllerId"]}"' in log and f'should be "{got["dbdId"]}"' in log, log
+        assert ssh("ctl", "systemctl is-active slurmctld", check=False).stdout.strip() != "active"
+    finally:
+        ssh("ctl", f"printf 'lab|%s' {got['dbdId']} > {STATE} && systemctl start slurmctld")
+
+
+def test_rollback_gives_the_controller_its_own_id_back_and_reapply_adopts_again(release24):
+    proj = release24
+    before = cluster_id(proj)
+    job = ssh("ctl", as_user("srun -N1 -p lab -w node2 --gres=gpu:v100:1 -t 1 sh -c 'echo $SLURM_JOB_ID'")).stdout
+    job = job.strip().splitlines()[-1]
+    ssh("ctl", f"for i in $(seq 30); do sacct -X -n -j {job} -o JobID | grep -q . && exit 0; sleep 1; done; exit 1")
+    set_accounting(proj, False)
+    assert state_file() == proj.own
+    assert ssh("ctl", "systemctl is-active slurmctld").stdout.strip() == "active"
+    out = ssh("ctl", as_user("srun -N1 -p lab -t 1 hostname")).stdout
+    assert out.strip().startswith("node")
+    set_accounting(proj, True)
+    again = cluster_id(proj)
+    assert again["adopted"] is True and again["dbdId"] == before["dbdId"], again  # the restored registration
+    assert state_file() == f"lab|{before['dbdId']}"
+    assert job in ssh("ctl", f"sacct -X -n -P -j {job} -o JobID").stdout
