@@ -10,8 +10,9 @@ cluster's registration and slurmctld's start:
 - stop the writer (slurmctld), keep the controller's file next to the accounting
   backups with its SHA-256, and record its ID in the stack;
 - take the DBD's registration as authoritative: the file gets the DBD's ID;
-- on rollback (layer removed) slurmctld is stopped again, the kept file is
-  checked against its hash and put back, and slurmctld started if it ran.
+- on rollback (layer removed), once slurm.conf no longer names slurmdbd, the kept
+  file is checked against its hash and put back; slurmctld reads it at its next
+  start (it reads and writes the file only when it starts).
 
 A controller without a file yet (slurmctld takes the DBD's ID itself), one whose
 file carries no ID (Slurm before 23.02) or the same ID needs nothing. A file
@@ -54,19 +55,21 @@ t="$f.gpu-fleet.tmp"
 printf '%s' "$4" > "$t"; chown --reference="$f" "$t"; chmod --reference="$f" "$t"; mv -f -- "$t" "$f"
 """
 
-# $1 state file, $2 kept copy, $3 its sha256
+# $1 state file, $2 kept copy, $3 its sha256. slurmctld reads and writes the file only when
+# it starts, and by now runs without accounting: it takes the kept ID at its next start.
+# (Restarting it here would close the partitions the acceptance opened.)
 _RESTORE = r"""
 set -eu
 f="$1"; keep="$2"
 if [ ! -d "$(dirname -- "$f")" ]; then echo "no controller state left; nothing to restore"; exit 0; fi
 [ -f "$keep" ] || { echo "the kept clustername $keep is gone" >&2; exit 3; }
 [ "$(sha256sum -- "$keep" | cut -d' ' -f1)" = "$3" ] || { echo "the kept clustername $keep does not match its recorded SHA-256" >&2; exit 4; }
-was=$(systemctl is-active slurmctld.service || true)
-systemctl stop slurmctld.service
+if grep -qs '^AccountingStorageType=accounting_storage/slurmdbd' /etc/slurm/slurm.conf; then
+  echo "slurm.conf still uses slurmdbd: the controller's own ClusterID would fail its next start" >&2; exit 5
+fi
 t="$f.gpu-fleet.tmp"
 cp -p -- "$keep" "$t"; mv -f -- "$t" "$f"
-[ "$was" = active ] && systemctl start slurmctld.service
-echo "restored"
+echo "restored $f from $keep"
 """
 
 

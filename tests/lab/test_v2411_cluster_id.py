@@ -104,7 +104,9 @@ def test_without_the_adoption_slurmctld_refuses_to_start(release24):
         assert f'"ClusterID={got["controllerId"]}"' in log and f'should be "{got["dbdId"]}"' in log, log
         assert ssh("ctl", "systemctl is-active slurmctld", check=False).stdout.strip() != "active"
     finally:
-        ssh("ctl", f"printf 'lab|%s' {got['dbdId']} > {STATE} && systemctl start slurmctld")
+        # put back what the test changed: the adopted ID, and the partition the restart closed
+        ssh("ctl", f"printf 'lab|%s' {got['dbdId']} > {STATE} && systemctl start slurmctld && "
+                   "scontrol update partitionname=lab state=up")
 
 
 def test_rollback_gives_the_controller_its_own_id_back_and_reapply_adopts_again(release24):
@@ -114,8 +116,12 @@ def test_rollback_gives_the_controller_its_own_id_back_and_reapply_adopts_again(
     job = job.strip().splitlines()[-1]
     ssh("ctl", f"for i in $(seq 30); do sacct -X -n -j {job} -o JobID | grep -q . && exit 0; sleep 1; done; exit 1")
     set_accounting(proj, False)
-    assert state_file() == proj.own
+    assert state_file() == proj.own  # read by slurmctld at its next start
     assert ssh("ctl", "systemctl is-active slurmctld").stdout.strip() == "active"
+    ssh("ctl", "systemctl restart slurmctld && scontrol update partitionname=lab state=up")
+    assert state_file() == proj.own
+    assert "started on cluster lab(%s)" % proj.own.partition("|")[2] in ssh(
+        "ctl", "tail -n 50 /var/log/slurm/slurmctld.log").stdout
     out = ssh("ctl", as_user("srun -N1 -p lab -t 1 hostname")).stdout
     assert out.strip().startswith("node")
     set_accounting(proj, True)
