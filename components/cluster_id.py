@@ -140,7 +140,7 @@ class ClusterIdAdoptionProvider(ResourceProvider):
         plan = plan_adoption(props["cluster"], seen["file"], seen["dbd"])
         out = {**plan, "kept": None, "kept_sha256": None}
         if plan["adopt"]:
-            stamp = probe_time(conn)
+            stamp = conn.run(["date", "-u", "+%Y%m%dT%H%M%SZ"], mutating=False).stdout.strip()
             keep = f"{props['backup_dir']}/clustername.{plan['controller_id']}.{stamp}"
             conn.run(sh(_ADOPT, STATE_FILE, keep, seen["sha"], f"{props['cluster']}|{plan['dbd_id']}"),
                      mutating=True)
@@ -174,10 +174,6 @@ class ClusterIdAdoptionProvider(ResourceProvider):
         conn = connection(target_of(props))
         conn.connect()
         conn.run(sh(_RESTORE, STATE_FILE, props["kept"], props["kept_sha256"]), mutating=True)
-
-
-def probe_time(conn) -> str:
-    return conn.run(["date", "-u", "+%Y%m%dT%H%M%SZ"], mutating=False).stdout.strip()
 
 
 class ClusterIdAdoption(pulumi.dynamic.Resource, module="slurm", name="ClusterIdAdoption"):

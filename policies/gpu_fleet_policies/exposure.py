@@ -1,9 +1,10 @@
 """Network exposure: the accounting database and the REST API are not on the network.
 
 MariaDB holds the accounting database: it listens on loopback only (slurmdbd runs on the
-same host). slurmrestd accepts JWTs and runs Slurm commands: it listens on a Unix socket
-only, and the web view reaches it through that socket. Checked on the File and SystemdUnit
-resources that configure them.
+same host). slurmdbd listens on every address, so its port is closed by an nftables ruleset
+to all but its allowed sources. slurmrestd accepts JWTs and runs Slurm commands: it listens
+on a Unix socket only, and the web view reaches it through that socket. Checked on the File
+and SystemdUnit resources that configure them.
 """
 
 from __future__ import annotations
@@ -99,6 +100,45 @@ def validate_mariadb_loopback(args, report_violation) -> None:
             f"{who} binds the MariaDB server to {value or 'an empty address'}, which is not "
             f"loopback; set bind-address = 127.0.0.1 so only slurmdbd on this host reaches "
             f"the accounting database.", None)
+
+
+# ---- slurmdbd's firewall ------------------------------------------------------------------
+
+DBD_PORT = "6819"
+_DBD_RULE = re.compile(rf"\bdport\s+{DBD_PORT}\b")
+_ANY_SOURCE = re.compile(r"(?<![\w.:])(0\.0\.0\.0/0|::/0)(?![\w.:/])")
+
+
+def validate_slurmdbd_firewall(args, report_violation) -> None:
+    """An nftables File that handles slurmdbd's port must end it with a reset or drop for every
+    other source, and admit no source without a saddr match or with a /0 one."""
+    res = resource(args, P.FILE)
+    if res is None:
+        return
+    path = P.path_of(res.props) or ""
+    if not path.endswith(".nft"):
+        return
+    content = file_content(res)
+    if content is None:
+        return
+    rules = [line.split("#", 1)[0].strip() for line in content.splitlines()]
+    rules = [r for r in rules if _DBD_RULE.search(r)]
+    if not rules:
+        return
+    who = res.describe("File", path)
+    for r in rules:
+        if re.search(r"\baccept\b", r) and not re.search(r"\bsaddr\b", r):
+            report_violation(f"{who} accepts slurmdbd's port {DBD_PORT} from every source ({r!r}); "
+                             "match the allowed sources with `ip saddr { ... }`.", None)
+        elif re.search(r"\baccept\b", r) and _ANY_SOURCE.search(r):
+            report_violation(f"{who} admits {_ANY_SOURCE.search(r).group(1)} to slurmdbd's port "
+                             f"{DBD_PORT} ({r!r}); list the compute network, not the whole address "
+                             "space.", None)
+    closing = [r for r in rules if re.search(r"\b(reject|drop)\b", r) and not re.search(r"\bsaddr\b", r)]
+    if not closing or rules.index(closing[-1]) != len(rules) - 1:
+        report_violation(f"{who} does not end slurmdbd's port {DBD_PORT} with a rule that resets or "
+                         f"drops every other source; add `tcp dport {DBD_PORT} reject with tcp reset` "
+                         "after the accept rules.", None)
 
 
 # ---- slurmrestd ---------------------------------------------------------------------------

@@ -26,3 +26,19 @@ def test_rendered_accounting_files_pass_the_policies(cfg):
     assert violations(secrets.validate_content_is_secret, plain)  # plain text is refused
 
 
+
+
+def test_rendered_slurmdbd_firewall_passes_and_an_open_one_does_not(cfg):
+    from components import dbd_firewall as fw
+
+    rules = fw.render_ruleset(fw.allowed_sources(cfg))
+    assert violations(exposure.validate_slurmdbd_firewall, file_args(fw.RULES_PATH, rules)) == []
+    wide = fw.render_ruleset(["0.0.0.0/0"])
+    got = violations(exposure.validate_slurmdbd_firewall, file_args(fw.RULES_PATH, wide))
+    assert len(got) == 1 and "admits 0.0.0.0/0" in got[0] and fw.RULES_PATH in got[0]
+    open_ = rules.replace("\t\ttcp dport 6819 reject with tcp reset\n", "")
+    got = violations(exposure.validate_slurmdbd_firewall, file_args(fw.RULES_PATH, open_))
+    assert len(got) == 1 and "does not end slurmdbd's port 6819" in got[0]
+    everyone = rules.replace('iif "lo" accept', "tcp dport 6819 accept")
+    got = violations(exposure.validate_slurmdbd_firewall, file_args(fw.RULES_PATH, everyone))
+    assert len(got) == 1 and "from every source" in got[0]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 import pytest
 
 from components import dbd_firewall as fw
@@ -27,7 +29,6 @@ def test_sources_are_the_nodes_the_controller_and_the_extra_networks():
     cfg = full_cfg(dbd_clients=["198.51.100.0/28"])
     nodes = {n.address for n in cfg.nodes}
     got = fw.allowed_sources(cfg)
-    import ipaddress
     nets = [ipaddress.ip_network(s) for s in got]
     for addr in nodes | {cfg.hosts.controller.address, "198.51.100.7"}:
         assert any(ipaddress.ip_address(addr) in n for n in nets), (addr, got)
@@ -46,7 +47,7 @@ def test_ruleset_resets_every_other_source_and_keeps_loopback():
     assert lines[lines.index(f"table inet {fw.TABLE}") + 1] == f"delete table inet {fw.TABLE}"
 
 
-def test_storage_host_outside_the_compute_network_is_an_outsider(accounting_cfg):
+def test_storage_host_outside_the_compute_network_is_an_outsider():
     raw = stack_config("canary")
     raw["gpu-fleet:hosts"] = {"storage": {"name": "nas", "address": "192.0.2.9"},
                               "controller": {"name": "ctl", "address": "192.0.2.10"}}
