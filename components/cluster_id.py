@@ -38,7 +38,14 @@ f="$1"
 echo "== file"
 if [ -f "$f" ]; then cat -- "$f"; echo; echo "== sha"; sha256sum -- "$f" | cut -d' ' -f1; fi
 echo "== dbd"
-mariadb -N -B -e "SELECT id FROM \`$2\`.cluster_table WHERE name='$3' AND deleted=0" 2>&1
+# Slurm before 23.02 keeps no ClusterID: its cluster_table has no id column.
+cols=$(mariadb -N -B -e "SELECT column_name FROM information_schema.columns WHERE table_schema='$2'
+    AND table_name='cluster_table' AND column_name='id'" 2>&1) || { echo "$cols" | tail -n1; exit 0; }
+if [ "$cols" = id ]; then
+  mariadb -N -B -e "SELECT id FROM \`$2\`.cluster_table WHERE name='$3' AND deleted=0" 2>&1
+else
+  echo "no-cluster-ids"
+fi
 """
 
 # $1 state file, $2 kept copy, $3 the file's expected sha256, $4 new content
@@ -74,7 +81,8 @@ echo "restored $f from $keep"
 
 
 def parse_probe(stdout: str) -> dict[str, Any]:
-    """-> {"file": text or None, "sha": ..., "dbd": [ids] or an error line}."""
+    """-> {"file": text or None, "sha": ..., "dbd": [ids], or None where the database keeps
+    no ClusterIDs, "dbd_error": an error line}."""
     section, out = None, {"file": None, "sha": None, "dbd": [], "dbd_error": None}
     for line in stdout.splitlines():
         if line.startswith("== "):
@@ -87,7 +95,9 @@ def parse_probe(stdout: str) -> dict[str, Any]:
         elif section == "sha" and line:
             out["sha"] = line.strip()
         elif section == "dbd" and line.strip():
-            if line.strip().isdigit():
+            if line.strip() == "no-cluster-ids":
+                out["dbd"] = None
+            elif line.strip().isdigit():
                 out["dbd"].append(int(line.strip()))
             else:
                 out["dbd_error"] = line.strip()
@@ -96,11 +106,18 @@ def parse_probe(stdout: str) -> dict[str, Any]:
     return out
 
 
-def plan_adoption(cluster: str, file_text: Optional[str], dbd_ids: list[int]) -> dict[str, Any]:
+def plan_adoption(cluster: str, file_text: Optional[str], dbd_ids: Optional[list[int]]) -> dict[str, Any]:
     """Pure: what the controller's state and the DBD's registration call for.
 
-    -> {"adopt": bool, "controller_id": int|None, "dbd_id": int, "why": str}; raises
+    -> {"adopt": bool, "controller_id": int|None, "dbd_id": int|None, "why": str}; raises
     when there is nothing safe to do."""
+    if dbd_ids is None:
+        if file_text is not None and "|" in file_text:
+            raise FleetError(f"cluster {cluster!r}: the controller's state has a ClusterID "
+                             f"({file_text.strip()!r}) but the accounting database keeps none: "
+                             "slurmdbd is older than slurmctld (Slurm before 23.02)")
+        return {"adopt": False, "controller_id": None, "dbd_id": None,
+                "why": "the accounting database keeps no ClusterID (Slurm before 23.02)"}
     if len(dbd_ids) != 1:
         raise FleetError(f"cluster {cluster!r}: the accounting database has "
                          f"{'no' if not dbd_ids else len(dbd_ids)} registration(s) for it; "

@@ -47,3 +47,12 @@ def test_probe_parse():
     assert seen["file"] is None and seen["dbd"] == []
     seen = parse_probe("== file\n== dbd\nERROR 1146 (42S02): Table 'x.cluster_table' doesn't exist\n")
     assert seen["dbd_error"].startswith("ERROR 1146")
+
+
+def test_a_release_without_cluster_ids_needs_nothing():
+    seen = parse_probe("== file\nlab\n== sha\nabc\n== dbd\nno-cluster-ids\n")
+    assert seen["dbd"] is None and seen["dbd_error"] is None
+    plan = plan_adoption("lab", seen["file"], seen["dbd"])
+    assert plan["adopt"] is False and "keeps no ClusterID" in plan["why"]
+    with pytest.raises(FleetError, match="slurmdbd is older than slurmctld"):
+        plan_adoption("lab", "lab|12", None)
