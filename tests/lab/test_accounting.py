@@ -37,9 +37,11 @@ def accounted(lab, tmp_path_factory):
              repo_version("mariadb-server"), "--stack", "lab")
     proj.run("config", "set", "--path", "gpu-fleet:accounting.nftables_version",
              repo_version("nftables"), "--stack", "lab")
-    proj.run("up", "--yes", "--stack", "lab", timeout=1200)
-    yield proj, before
-    proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
+    try:  # a failed first `up` is destroyed too: the next modules start from clean hosts
+        proj.run("up", "--yes", "--stack", "lab", timeout=1200)
+        yield proj, before
+    finally:
+        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
 
 
 def test_canary_passes_with_gpu_tres_accounted(accounted):

@@ -64,10 +64,12 @@ def release24(lab, tmp_path_factory):
     proj.run("config", "set", "--path", "gpu-fleet:accounting.backup_dir", BACKUPS, "--stack", "lab")
     for k, pkg in (("mariadb_version", "mariadb-server"), ("nftables_version", "nftables")):
         proj.run("config", "set", "--path", f"gpu-fleet:accounting.{k}", repo_version(pkg), "--stack", "lab")
-    proj.run("up", "--yes", "--stack", "lab", timeout=1500)  # accounting off: the controller's own ID
-    proj.own = state_file()
-    yield proj
-    proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=1200)
+    try:
+        proj.run("up", "--yes", "--stack", "lab", timeout=1500)  # accounting off: the controller's own ID
+        proj.own = state_file()
+        yield proj
+    finally:
+        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=1200)
 
 
 def test_a_controller_without_accounting_makes_its_own_cluster_id(release24):
