@@ -195,7 +195,8 @@ class Accounting(pulumi.ComponentResource):
         after = lambda *deps: pulumi.ResourceOptions(parent=self, depends_on=[*deps])  # noqa: E731
         restd_user = Account("restd-account", conn=conn, user=a.restd_user, uid=a.restd_uid,
                              gid=a.restd_uid, opts=after(*depends_on))
-        firewall = self._dbd_firewall(cfg, conn, after(restd_user, *depends_on))
+        rules = fw.render_ruleset(fw.allowed_sources(cfg))
+        firewall = self._dbd_firewall(cfg, conn, rules, after(restd_user, *depends_on))
         pkgs = {"mariadb-server": a.mariadb_version, "slurmdbd": s.release.debian_version,
                 "slurmrestd": s.release.debian_version,
                 "slurm-wlm-mysql-plugin": s.release.debian_version}
@@ -226,9 +227,10 @@ class Accounting(pulumi.ComponentResource):
         dbd_conf = File("slurmdbd-conf", conn=conn, path="/etc/slurm/slurmdbd.conf",
                         content=db_password.apply(lambda pw: render_slurmdbd_conf(cfg, pw)),
                         mode="0600", owner="slurm", group="slurm", secret=True, opts=after(packages))
+        dbd_conf_sha = db_password.apply(lambda pw: _sha(render_slurmdbd_conf(cfg, pw)))
         dbd = SystemdUnit("slurmdbd", conn=conn, unit="slurmdbd.service",
                           dropins={"gpu-fleet-firewall.conf": fw.DBD_DROPIN},
-                          triggers={"conf": db_password.apply(lambda pw: _sha(render_slurmdbd_conf(cfg, pw))),
+                          triggers={"conf": dbd_conf_sha,
                                     "jwt": jwt_key.apply(_sha)},
                           opts=after(db_user, self.history, key, dbd_conf))
         # slurmctld refuses to start while slurmdbd cannot serve (no TRES from the database).
@@ -242,8 +244,7 @@ class Accounting(pulumi.ComponentResource):
             "dbd-reachability", conn=conn, address=ctl.address,
             clients=[conn_input(n, cfg.ssh, root) for n in cfg.nodes if n.owner != "unreachable"],
             outsiders=[conn_input(h, cfg.ssh, root) for h in fw.outsiders(cfg)],
-            triggers={"rules": _sha(fw.render_ruleset(fw.allowed_sources(cfg))),
-                      "dbd": db_password.apply(lambda pw: _sha(render_slurmdbd_conf(cfg, pw)))},
+            triggers={"rules": _sha(rules), "dbd": dbd_conf_sha},
             max_parallel=cfg.ssh.max_parallel, opts=after(serving))
         # Registered by us before slurmctld starts with accounting, so that a controller with
         # state of its own meets the DBD's ClusterID here and not as a fatal error at start.
@@ -262,7 +263,7 @@ class Accounting(pulumi.ComponentResource):
         self.conn = conn
         self.register_outputs({})
 
-    def _dbd_firewall(self, cfg: FleetConfig, conn: dict,
+    def _dbd_firewall(self, cfg: FleetConfig, conn: dict, rules: str,
                       opts: pulumi.ResourceOptions) -> pulumi.Resource:
         """nftables (when the stack pins it), the validated ruleset, its unit, and the proof
         that the live table is the one loaded (refresh notices a flushed table)."""
@@ -272,7 +273,6 @@ class Accounting(pulumi.ComponentResource):
             prev = [PackageSet("dbd-firewall-packages", conn=conn,
                                packages={"nftables": cfg.accounting.nftables_version}, hold=True,
                                opts=opts)]
-        rules = fw.render_ruleset(fw.allowed_sources(cfg))
         rules_file = File("dbd-firewall-rules", conn=conn, path=fw.RULES_PATH, content=rules,
                           validate=["nft", "-c", "-f", "{}"], opts=after(*prev))
         unit = SystemdUnit("dbd-firewall", conn=conn, unit=fw.UNIT, content=fw.render_unit(),

@@ -24,13 +24,15 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
+from pulumi.dynamic import UpdateResult
 
 from .errors import FleetError
-from .providers.base import Props, _entry, target_of
+from .providers.base import Props, RolloutCheck, _entry, target_of
+from .slurm_render import SLURM_ETC, STATE_SAVE_LOCATION
 from .transport import connection, sh
 
-STATE_FILE = "/var/lib/slurm/slurmctld/clustername"
+STATE_FILE = f"{STATE_SAVE_LOCATION}/clustername"
+SLURM_CONF = f"{SLURM_ETC}/slurm.conf"
 
 # $1 state file, $2 database, $3 cluster (both names are validated identifiers)
 _PROBE = r"""
@@ -48,10 +50,11 @@ else
 fi
 """
 
-# $1 state file, $2 kept copy, $3 the file's expected sha256, $4 new content
+# $1 state file, $2 kept copy's name (a UTC stamp is added), $3 the file's expected sha256,
+# $4 new content
 _ADOPT = r"""
 set -eu
-f="$1"; keep="$2"
+f="$1"; keep="$2.$(date -u +%Y%m%dT%H%M%SZ)"
 systemctl stop slurmctld.service
 [ "$(sha256sum -- "$f" | cut -d' ' -f1)" = "$3" ] || { echo "$f changed since it was read" >&2; exit 3; }
 install -d -m 0700 "$(dirname -- "$keep")"
@@ -60,9 +63,10 @@ cp -p -- "$f" "$keep.tmp"; sync "$keep.tmp"
 mv -f -- "$keep.tmp" "$keep"
 t="$f.gpu-fleet.tmp"
 printf '%s' "$4" > "$t"; chown --reference="$f" "$t"; chmod --reference="$f" "$t"; mv -f -- "$t" "$f"
+echo "kept $keep"
 """
 
-# $1 state file, $2 kept copy, $3 its sha256. slurmctld reads and writes the file only when
+# $1 state file, $2 kept copy, $3 its sha256, $4 slurm.conf. slurmctld reads and writes the file only when
 # it starts, and by now runs without accounting: it takes the kept ID at its next start.
 # (Restarting it here would close the partitions the acceptance opened.)
 _RESTORE = r"""
@@ -71,7 +75,7 @@ f="$1"; keep="$2"
 if [ ! -d "$(dirname -- "$f")" ]; then echo "no controller state left; nothing to restore"; exit 0; fi
 [ -f "$keep" ] || { echo "the kept clustername $keep is gone" >&2; exit 3; }
 [ "$(sha256sum -- "$keep" | cut -d' ' -f1)" = "$3" ] || { echo "the kept clustername $keep does not match its recorded SHA-256" >&2; exit 4; }
-if grep -qs '^AccountingStorageType=accounting_storage/slurmdbd' /etc/slurm/slurm.conf; then
+if grep -qs '^AccountingStorageType=accounting_storage/slurmdbd' "$4"; then
   echo "slurm.conf still uses slurmdbd: the controller's own ClusterID would fail its next start" >&2; exit 5
 fi
 t="$f.gpu-fleet.tmp"
@@ -143,10 +147,15 @@ def plan_adoption(cluster: str, file_text: Optional[str], dbd_ids: Optional[list
             "why": f"CLUSTER ID MISMATCH: controller state {mine}, DBD {dbd}; adopting the DBD's"}
 
 
-class ClusterIdAdoptionProvider(ResourceProvider):
+class ClusterIdAdoptionProvider(RolloutCheck):
     """Adopts on create and when triggers change; restores the kept file on delete."""
 
-    def _run(self, props: Props) -> dict[str, Any]:
+    rerun_on = ("triggers", "cluster", "database")
+
+    def key(self, props: Props) -> str:
+        return "cluster-id"
+
+    def run(self, props: Props) -> dict[str, Any]:
         conn = connection(target_of(props))
         conn.connect()
         probe = conn.run(sh(_PROBE, STATE_FILE, props["database"], props["cluster"]), mutating=False,
@@ -157,32 +166,19 @@ class ClusterIdAdoptionProvider(ResourceProvider):
         plan = plan_adoption(props["cluster"], seen["file"], seen["dbd"])
         out = {**plan, "kept": None, "kept_sha256": None}
         if plan["adopt"]:
-            stamp = conn.run(["date", "-u", "+%Y%m%dT%H%M%SZ"], mutating=False).stdout.strip()
-            keep = f"{props['backup_dir']}/clustername.{plan['controller_id']}.{stamp}"
-            conn.run(sh(_ADOPT, STATE_FILE, keep, seen["sha"], f"{props['cluster']}|{plan['dbd_id']}"),
-                     mutating=True)
-            out.update(kept=keep, kept_sha256=seen["sha"])
+            res = conn.run(sh(_ADOPT, STATE_FILE, f"{props['backup_dir']}/clustername.{plan['controller_id']}",
+                              seen["sha"], f"{props['cluster']}|{plan['dbd_id']}"), mutating=True)
+            kept = [line.split(" ", 1)[1] for line in res.stdout.splitlines() if line.startswith("kept ")]
+            out.update(kept=kept[-1], kept_sha256=seen["sha"])
         return out
 
     @_entry
-    def create(self, props: Props) -> CreateResult:
-        return CreateResult(id_=f"{target_of(props).name}:cluster-id", outs={**props, **self._run(props)})
-
-    @_entry
     def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
-        out = self._run(news)
+        out = self.run(news)
         if not out["adopt"] and olds.get("kept"):  # an earlier adoption's original stays the one to restore
             out.update(adopt=olds.get("adopt"), controller_id=olds.get("controller_id"),
                        kept=olds["kept"], kept_sha256=olds.get("kept_sha256"))
         return UpdateResult(outs={**news, **out})
-
-    @_entry
-    def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
-        changed = any(olds.get(k) != news.get(k) for k in ("triggers", "cluster", "database"))
-        return DiffResult(changes=changed, replaces=[], stables=[], delete_before_replace=False)
-
-    def read(self, id_: str, props: Props) -> ReadResult:
-        return ReadResult(id_=id_, outs=props)
 
     @_entry
     def delete(self, _id: str, props: Props) -> None:
@@ -190,7 +186,7 @@ class ClusterIdAdoptionProvider(ResourceProvider):
             return
         conn = connection(target_of(props))
         conn.connect()
-        conn.run(sh(_RESTORE, STATE_FILE, props["kept"], props["kept_sha256"]), mutating=True)
+        conn.run(sh(_RESTORE, STATE_FILE, props["kept"], props["kept_sha256"], SLURM_CONF), mutating=True)
 
 
 class ClusterIdAdoption(pulumi.dynamic.Resource, module="slurm", name="ClusterIdAdoption"):

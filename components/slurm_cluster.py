@@ -28,10 +28,10 @@ from .hosts import conn_input
 from .inventory import Inventory
 from .providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
 from .slurm_packages import SlurmPackages
-from .slurm_render import ACCEPTANCE_PARTITION, render_cgroup_conf, render_gres_conf, render_slurm_conf
+from .slurm_render import (
+    ACCEPTANCE_PARTITION, SLURM_ETC, render_cgroup_conf, render_gres_conf, render_slurm_conf,
+)
 from .slurm_validate import validate_argv
-
-SLURM_ETC = "/etc/slurm"
 
 
 # Reconfigure only daemons that started before the current slurm.conf was written. One that

@@ -16,6 +16,8 @@ from __future__ import annotations
 from .config import FleetConfig, NodeSpec
 
 ACCEPTANCE_PARTITION = "gpu-fleet-acceptance"
+SLURM_ETC = "/etc/slurm"
+STATE_SAVE_LOCATION = "/var/lib/slurm/slurmctld"
 HEADER = "# Managed by gpu-fleet: changes made here are overwritten on the next `pulumi up`.\n"
 
 
@@ -63,7 +65,7 @@ def render_slurm_conf(cfg: FleetConfig, accounting_host: str | None = None,
         "ReturnToService=2",
         "DisableRootJobs=YES",
         "MpiDefault=none",
-        "StateSaveLocation=/var/lib/slurm/slurmctld",
+        f"StateSaveLocation={STATE_SAVE_LOCATION}",
         "SlurmdSpoolDir=/var/lib/slurm/slurmd",
         "SlurmctldPidFile=/run/slurmctld.pid",
         "SlurmdPidFile=/run/slurmd.pid",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .common import LabError, cache_dir, flock, log, sha16
+from .common import LabError, cache_dir, flock, log, run_with_progress, sha16
 
 SCRIPT = Path(__file__).with_name("build-slurm.sh")
 VERSION = "24.11"
@@ -43,7 +43,6 @@ def ensure_release() -> Path:
     with flock(cache_dir() / ".slurm-release.lock", "slurm release"):
         if ok.exists() and all(p.exists() for p in debs(out)):
             return out
-        from .common import run_with_progress
         work = cache_dir() / "slurm-build"
         logfile = work / "build.log"
         log(f"building Slurm {DEBIAN_VERSION} for the lab (log: {logfile})")

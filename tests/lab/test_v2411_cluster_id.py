@@ -12,6 +12,8 @@ import subprocess
 
 import pytest
 
+from components.transport import SshTarget
+from components.transport.ssh import ssh_argv
 from lab import slurm_release
 from tests.pulumi_cli import PulumiProject
 
@@ -26,8 +28,6 @@ BACKUPS = "/srv/gpu-fleet/backup/accounting-24.11"
 
 def copy_release_to_storage() -> None:
     out = slurm_release.ensure_release()
-    from components.transport import SshTarget
-    from components.transport.ssh import ssh_argv
     tar = subprocess.Popen(["tar", "cf", "-", "-C", str(out), *[p.name for p in slurm_release.debs(out)]],
                            stdout=subprocess.PIPE)
     t = SshTarget.from_dict(lab_conn("storage"))
