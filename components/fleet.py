@@ -9,8 +9,8 @@ import pulumi
 
 from .config import FleetConfig
 from .inventory import Inventory, fleet_summary
-from .gpu_runtime import GpuRuntime
-from .slurm_cluster import SlurmCluster
+from .layers.gpu_runtime.component import GpuRuntime
+from .layers.slurm.component import SlurmCluster
 
 
 class Fleet(pulumi.ComponentResource):

@@ -1,6 +1,6 @@
 """TEST DOUBLE on the lab's nodes: the fake NVML library and a healthy 8 x V100 node each.
 
-The lab has no GPU. So that the product's GPU baseline (components/gpu_runtime.py)
+The lab has no GPU. So that the product's GPU baseline (components/layers/gpu_runtime/component.py)
 runs its real probe with the real pynvml on the lab's nodes, `python -m lab up`
 puts the test double of `tests/doubles/fake_nvml/` on every node host:
 

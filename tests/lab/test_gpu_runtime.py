@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from components.errors import FleetError
-from components.gpu_runtime import (
+from components.layers.gpu_runtime.component import (
     GpuBaselineProvider, INPUT_KEYS, pinned_pynvml, probe_args, probe_command,
 )
 from lab.fake_nvml import CONFIG as FAKE_CONFIG
@@ -324,11 +324,11 @@ def test_transport_error_fails_and_names_the_host(fake_gpus):
 
 def test_a_probe_that_does_not_answer_fails_its_node_only(fake_gpus, monkeypatch):
     # node2's "probe" hangs (as a hung NVML call would): the node-side timeout kills it
-    real = __import__("components.gpu", fromlist=["probe_source"]).probe_source()
+    real = __import__("components.layers.gpu_runtime.probe_source", fromlist=["probe_source"]).probe_source()
     hang = "\nimport socket, time\nif socket.gethostname() == 'node2':\n    time.sleep(60)\n"
     hung = real.replace("\nimport argparse\n", hang + "import argparse\n", 1)
     assert hung != real
-    monkeypatch.setattr("components.gpu_runtime.probe_source", lambda: hung)
+    monkeypatch.setattr("components.layers.gpu_runtime.component.probe_source", lambda: hung)
     outs = GpuBaselineProvider().run(provider_props(NODES, probe_timeout_s=2))
     v = outs["verdicts"]["node2"]
     assert v["verdict"] == "failed"
@@ -338,7 +338,7 @@ def test_a_probe_that_does_not_answer_fails_its_node_only(fake_gpus, monkeypatch
 
 
 def test_no_node_probed_at_all_fails(fake_gpus, monkeypatch):
-    monkeypatch.setattr("components.gpu_runtime.probe_source",
+    monkeypatch.setattr("components.layers.gpu_runtime.component.probe_source",
                         lambda: "import sys\nsys.stderr.write('boom\\n')\nsys.exit(3)\n")
     with pytest.raises(FleetError) as e:
         GpuBaselineProvider().run(provider_props(NODES))

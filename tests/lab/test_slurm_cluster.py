@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from components.providers.file import _WRITE as FILE_WRITE
-from components.slurm_validate import validate_argv
+from components.layers.slurm.validate import validate_argv
 from tests.pulumi_cli import PulumiProject
 
 from .labhosts import command_log, ssh

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.accounting import render_mariadb_cnf, render_slurmdbd_conf, render_slurmrestd_unit
+from components.layers.accounting.component import render_mariadb_cnf, render_slurmdbd_conf, render_slurmrestd_unit
 from gpu_fleet_policies import exposure, secrets
 
 from .fakes import SYSTEMD_UNIT, file_args, resource_args, violations
@@ -29,7 +29,7 @@ def test_rendered_accounting_files_pass_the_policies(cfg):
 
 
 def test_rendered_slurmdbd_firewall_passes_and_an_open_one_does_not(cfg):
-    from components import dbd_firewall as fw
+    from components.layers.accounting import firewall as fw
 
     rules = fw.render_ruleset(fw.allowed_sources(cfg))
     assert violations(exposure.validate_slurmdbd_firewall, file_args(fw.RULES_PATH, rules)) == []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from components.config import parse_fleet_config
-from components.slurm_render import render_cgroup_conf, render_gres_conf, render_slurm_conf
+from components.layers.slurm.render import render_cgroup_conf, render_gres_conf, render_slurm_conf
 from tests.conftest import stack_config
 
 from gpu_fleet_policies import engine, exposure, hosts, identities, packages, relax, secrets, slurm

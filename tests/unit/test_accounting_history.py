@@ -2,8 +2,8 @@
 
 import subprocess
 
-from components.accounting_history import _BACKUP, _RESTORE, parse_lines
-from components.slurm_cluster import restart_key
+from components.layers.accounting.history import _BACKUP, _RESTORE, parse_lines
+from components.layers.slurm.component import restart_key
 
 
 def test_backup_report_lines():

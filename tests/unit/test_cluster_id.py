@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.cluster_id import parse_probe, plan_adoption
+from components.layers.accounting.cluster_id import parse_probe, plan_adoption
 from components.errors import FleetError
 
 

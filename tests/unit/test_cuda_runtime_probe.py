@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from components.gpu.baseline import GpuExpectation, judge_node
+from components.layers.gpu_runtime.baseline import GpuExpectation, judge_node
 from tests.doubles.fake_cuda import harness as cuda_harness
 from tests.doubles.fake_nvml import harness
 from tests.doubles.fake_nvml.harness import DRIVER, V100, device, node_config

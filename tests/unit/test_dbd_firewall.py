@@ -6,7 +6,7 @@ import ipaddress
 
 import pytest
 
-from components import dbd_firewall as fw
+from components.layers.accounting import firewall as fw
 from components.config import parse_fleet_config
 from components.errors import ConfigError
 from tests.conftest import stack_config

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from components.config import parse_fleet_config
-from components.gpu.baseline import (
+from components.layers.gpu_runtime.baseline import (
     GpuExpectation, cuda_version_number, cuda_version_text, expectations, judge_fleet,
     judge_node, judge_stack, nvml_library_driver, pending_nodes,
 )

@@ -2,7 +2,7 @@
  * cuda_runtime_api.h -- TEST DOUBLE of the CUDA toolkit's header of that name.
  *
  * Not product code. It declares only what the GPU probe's CUDA program
- * (components/gpu/probe.py, CUDA_PROBE_C) uses, with the real toolkit's
+ * (components/layers/gpu_runtime/probe.py, CUDA_PROBE_C) uses, with the real toolkit's
  * enumerator values, so the same program text compiles against a real
  * toolkit and against this double (tests/doubles/fake_cuda/).
  */

@@ -10,7 +10,7 @@ import json
 import pulumi
 
 from components.config import GpuRuntimeLayer, NodeSpec
-from components.gpu_runtime import GpuRuntime
+from components.layers.gpu_runtime.component import GpuRuntime
 
 cfg = pulumi.Config()
 nodes = [NodeSpec(**n) for n in json.loads(cfg.require("nodes"))]

@@ -29,17 +29,17 @@ from typing import Optional
 import pulumi
 from pulumi.dynamic import Resource
 
-from .accounting_history import AccountingHistory
-from . import dbd_firewall as fw
+from .history import AccountingHistory
+from . import firewall as fw
 from .cluster_id import ClusterIdAdoption
-from .config import FleetConfig
-from .errors import FleetError
-from .hosts import conn_input
-from .providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
-from .providers.base import Props, RolloutCheck, target_of
-from .slurm_render import HEADER
-from .transport import connection
-from .transport.command import Secret, sh
+from ...config import FleetConfig
+from ...errors import FleetError
+from ...hosts import conn_input
+from ...providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
+from ...providers.base import Props, RolloutCheck, target_of
+from ..slurm.render import HEADER
+from ...transport import connection
+from ...transport.command import Secret, sh
 
 JWT_KEY = "/etc/slurm/jwt_hs256.key"
 RESTD_SOCKET_DIR = "/run/slurmrestd"

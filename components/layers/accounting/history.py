@@ -30,9 +30,9 @@ import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 from pulumi.dynamic import Resource
 
-from .errors import FleetError
-from .providers.base import Props, _entry, target_of
-from .transport import connection
+from ...errors import FleetError
+from ...providers.base import Props, _entry, target_of
+from ...transport import connection
 
 # A fingerprint of database $1: "tables N", "jobs <table> <rows> <max id>", "sum <table> <checksum>".
 _FINGERPRINT = r"""

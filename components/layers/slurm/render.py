@@ -13,7 +13,7 @@ K3s (not retired) or unreachable are never added.
 
 from __future__ import annotations
 
-from .config import FleetConfig, NodeSpec
+from ...config import FleetConfig, NodeSpec
 
 ACCEPTANCE_PARTITION = "gpu-fleet-acceptance"
 SLURM_ETC = "/etc/slurm"

@@ -20,18 +20,18 @@ import pulumi
 
 from typing import Optional
 
-from .acceptance import CanaryJob
-from .accounting import Accounting
-from .config import FleetConfig, HostSpec
-from .gpu_runtime import GpuRuntime
-from .hosts import conn_input
-from .inventory import Inventory
-from .providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
-from .slurm_packages import SlurmPackages
-from .slurm_render import (
+from ..acceptance.job import CanaryJob
+from ..accounting.component import Accounting
+from ...config import FleetConfig, HostSpec
+from ..gpu_runtime.component import GpuRuntime
+from ...hosts import conn_input
+from ...inventory import Inventory
+from ...providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
+from .packages import SlurmPackages
+from .render import (
     ACCEPTANCE_PARTITION, SLURM_ETC, render_cgroup_conf, render_gres_conf, render_slurm_conf,
 )
-from .slurm_validate import validate_argv
+from .validate import validate_argv
 
 
 # Reconfigure only daemons that started before the current slurm.conf was written. One that

@@ -25,11 +25,11 @@ from typing import Any, Optional
 import pulumi
 from pulumi.dynamic import Resource
 
-from .errors import FleetError
-from .providers.base import Props, RolloutCheck, target_of
-from .slurm_render import count_visible_gpus
-from .transport import FanOutError, SshTarget, connection, fan_out
-from .transport.command import sh
+from ...errors import FleetError
+from ...providers.base import Props, RolloutCheck, target_of
+from ..slurm.render import count_visible_gpus
+from ...transport import FanOutError, SshTarget, connection, fan_out
+from ...transport.command import sh
 
 _NODES_READY = r"""
 # $1: seconds to wait, then the expected nodes. Prints "node state" lines once all

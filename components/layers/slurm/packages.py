@@ -25,9 +25,9 @@ import json
 
 import pulumi
 
-from .config import FleetConfig
-from .hosts import conn_input
-from .providers import CommandWithVerify, File, SystemdUnit
+from ...config import FleetConfig
+from ...hosts import conn_input
+from ...providers import CommandWithVerify, File, SystemdUnit
 
 REPO_ROOT = "/srv/gpu-fleet/repo"
 PORT = 8787

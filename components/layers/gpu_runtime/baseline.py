@@ -32,7 +32,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Union
 
-from ..config import FleetConfig, GpuRuntimeLayer, NodeSpec
+from ...config import FleetConfig, GpuRuntimeLayer, NodeSpec
 
 PROBE_SCHEMA = "gpu-fleet/gpu-probe/1"
 Status = str  # "ok" | "failed" | "pending"

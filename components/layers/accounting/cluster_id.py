@@ -26,10 +26,10 @@ from typing import Any, Optional
 import pulumi
 from pulumi.dynamic import UpdateResult
 
-from .errors import FleetError
-from .providers.base import Props, RolloutCheck, _entry, target_of
-from .slurm_render import SLURM_ETC, STATE_SAVE_LOCATION
-from .transport import connection, sh
+from ...errors import FleetError
+from ...providers.base import Props, RolloutCheck, _entry, target_of
+from ..slurm.render import SLURM_ETC, STATE_SAVE_LOCATION
+from ...transport import connection, sh
 
 STATE_FILE = f"{STATE_SAVE_LOCATION}/clustername"
 SLURM_CONF = f"{SLURM_ETC}/slurm.conf"

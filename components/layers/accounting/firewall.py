@@ -22,11 +22,11 @@ from typing import Optional
 import pulumi
 from pulumi.dynamic import Resource
 
-from .config import FleetConfig, HostSpec
-from .errors import FleetError
-from .providers.base import Props, RolloutCheck, target_of
-from .slurm_render import HEADER
-from .transport import FanOutError, SshTarget, connection, fan_out
+from ...config import FleetConfig, HostSpec
+from ...errors import FleetError
+from ...providers.base import Props, RolloutCheck, target_of
+from ..slurm.render import HEADER
+from ...transport import FanOutError, SshTarget, connection, fan_out
 
 DBD_PORT = 6819
 TABLE = "gpu_fleet_slurmdbd"

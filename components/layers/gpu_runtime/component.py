@@ -50,15 +50,15 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
 
-from .config import GpuRuntimeLayer, NodeSpec
-from .errors import FleetError
-from .gpu import probe_source
-from .gpu.baseline import (
+from ...config import GpuRuntimeLayer, NodeSpec
+from ...errors import FleetError
+from .probe_source import probe_source
+from .baseline import (
     FleetVerdict, GpuExpectation, judge_fleet,
 )
-from .providers.base import Props, _entry
-from .providers.file import File
-from .transport import (
+from ...providers.base import Props, _entry
+from ...providers.file import File
+from ...transport import (
     AuthFailed, Connection, FanOutError, HostError, HostKeyMismatch, HostUnreachable, SshTarget,
     SudoPasswordRequired, fan_out,
 )
@@ -387,7 +387,7 @@ class GpuRuntime(pulumi.ComponentResource):
         """The layer for a stack: every GPU node of `cfg` with its connection. Optional config
         fields (`gpu_runtime.probe_paths`, `.pynvml_dir`, `.required_cgroup_controllers`,
         `.require_ntp`, `.probe_timeout_s`) are used when the config model has them."""
-        from .hosts import conn_input
+        from ...hosts import conn_input
 
         layer = cfg.gpu_runtime
         root = root or Path.cwd()
