@@ -2,6 +2,9 @@
 # Stack commands: make preview|up|destroy|refresh STACK=<lab|canary|full> [ARGS="..."]
 STACK ?= lab
 PULUMI := bin/pulumi
+# Every preview and up runs the policy pack (with the stack's written relaxations, if any), so a
+# violation stops `up` before any host is touched. POLICY= (empty) runs without it.
+POLICY ?= --policy-pack policies $(if $(wildcard policies/stacks/$(STACK).json),--policy-pack-config policies/stacks/$(STACK).json)
 
 .PHONY: setup test preview up destroy refresh stack policy lab lab-down
 
@@ -20,10 +23,10 @@ stack:
 	@.venv/bin/python -m components.stack_secrets ensure $(STACK) --pulumi bin/pulumi
 
 preview: stack
-	$(PULUMI) preview --stack $(STACK) $(ARGS)
+	$(PULUMI) preview --stack $(STACK) $(POLICY) $(ARGS)
 
 up: stack
-	$(PULUMI) up --stack $(STACK) $(ARGS)
+	$(PULUMI) up --stack $(STACK) $(POLICY) $(ARGS)
 
 refresh: stack
 	$(PULUMI) refresh --stack $(STACK) $(ARGS)
@@ -31,17 +34,16 @@ refresh: stack
 destroy: stack
 	$(PULUMI) destroy --stack $(STACK) $(ARGS)
 
-# Preview under the policy pack, with the stack's written relaxations if it has any.
+# Preview under the policy pack, as in CI (the same as `make preview`).
 policy: stack
-	$(PULUMI) preview --stack $(STACK) --policy-pack policies \
-	  $(if $(wildcard policies/stacks/$(STACK).json),--policy-pack-config policies/stacks/$(STACK).json) $(ARGS)
+	$(PULUMI) preview --stack $(STACK) $(POLICY) $(ARGS)
 
 # The lab: local hosts (python -m lab up) and the lab stack deployed on them. --refresh
 # reconciles state recorded for hosts a previous `lab down` wiped.
 lab:
 	.venv/bin/python -m lab up
 	@$(MAKE) --no-print-directory stack STACK=lab
-	$(PULUMI) up --stack lab --yes --refresh --skip-preview $(ARGS)
+	$(PULUMI) up --stack lab --yes --refresh --skip-preview $(POLICY) $(ARGS)
 
 lab-down:
 	.venv/bin/python -m lab down

@@ -1,35 +1,83 @@
-"""The root component: one Fleet per stack, each layer a child component."""
+"""The root component and the one place layers are wired.
+
+Each layer is a direct child of the Fleet, built from a typed inputs object and
+handing on a typed outputs object; no layer constructs another. The seed's
+order: storage, GPU runtime, K3s retirement, Slurm, accounting, web, model
+snapshot, acceptance (the layers not built yet are refused by the config, so
+they never appear here as silent no-ops). Admission (components/admission.py)
+turns the gating layers' verdicts into the nodes Slurm takes.
+
+One hand-off runs against the order of construction: slurmctld must wait for
+accounting (slurmdbd serving, the ClusterID adopted) while accounting builds on
+the Slurm layer's controller base. Slurm takes that gate as a deferred Output
+that Fleet resolves once the accounting layer exists (empty without it); the
+resource graph itself has no cycle.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import pulumi
 
+from .admission import Admission, admit
 from .config import FleetConfig
 from .inventory import Inventory, fleet_summary
-from .layers.gpu_runtime.component import GpuRuntime
-from .layers.slurm.component import SlurmCluster
+from .layers.acceptance.component import Acceptance, AcceptanceInputs
+from .layers.accounting.component import Accounting, AccountingInputs
+from .layers.gpu_runtime.component import GpuRuntime, GpuRuntimeInputs
+from .layers.slurm.component import SlurmCluster, SlurmInputs
+
+
+@dataclass(frozen=True)
+class FleetSecrets:
+    """The stack's Pulumi secrets each layer needs (None where the layer is off)."""
+
+    munge_key: Optional[pulumi.Output[str]] = None
+    db_password: Optional[pulumi.Output[str]] = None
+    jwt_key: Optional[pulumi.Output[str]] = None
 
 
 class Fleet(pulumi.ComponentResource):
     """Brings the configured fleet up layer by layer; `pulumi destroy` unwinds it in reverse."""
 
     def __init__(self, name: str, cfg: FleetConfig, root: Optional[Path] = None,
-                 munge_key: Optional[pulumi.Output[str]] = None,
-                 db_password: Optional[pulumi.Output[str]] = None,
-                 jwt_key: Optional[pulumi.Output[str]] = None,
+                 secrets: FleetSecrets = FleetSecrets(),
                  opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-fleet:index:Fleet", name, None, opts)
+        root = root or Path.cwd()
+        child = pulumi.ResourceOptions(parent=self)
         self.cfg = cfg
-        self.inventory = Inventory(cfg, pulumi.ResourceOptions(parent=self))
+        self.inventory = Inventory(cfg, child)
         self.summary = fleet_summary(cfg)
+
         self.gpu = None
+        gates = []
         if cfg.gpu_runtime.enabled:
-            self.gpu = GpuRuntime.for_stack(cfg, root or Path.cwd(), opts=pulumi.ResourceOptions(parent=self))
-        self.slurm = None
-        if cfg.slurm.enabled and munge_key is not None:
-            self.slurm = SlurmCluster(cfg, self.inventory, munge_key, root or Path.cwd(),
-                                      db_password, jwt_key, self.gpu, pulumi.ResourceOptions(parent=self))
+            self.gpu = GpuRuntime.for_stack(GpuRuntimeInputs(cfg, root), opts=child).outputs
+            gates.append(self.gpu.gate)
+        self.admission: Admission = admit(cfg, gates)
+
+        self.slurm = self.accounting = self.acceptance = None
+        if not (cfg.slurm.enabled and secrets.munge_key is not None):
+            self.register_outputs({"summary": self.summary})
+            return
+        accounting = (cfg.accounting.enabled and secrets.db_password is not None
+                      and secrets.jwt_key is not None)
+        controller_gate, hand_over = pulumi.deferred_output()
+        self.slurm = SlurmCluster(SlurmInputs(
+            cfg, root, secrets.munge_key, self.admission, controller_gate, accounting), child).outputs
+        after = [self.slurm.reconfigured]
+        if accounting:
+            self.accounting = Accounting(AccountingInputs(
+                cfg, root, secrets.db_password, secrets.jwt_key, self.slurm.controller_base,
+                self.slurm.slurmctld), child).outputs
+            hand_over(pulumi.Output.from_input([self.accounting.ready]))
+            after.append(self.accounting.checked)
+        else:
+            hand_over(pulumi.Output.from_input([]))
+        self.acceptance = Acceptance(AcceptanceInputs(
+            cfg, root, self.slurm.admitted, after, self.slurm.triggers, accounting), child).outputs
         self.register_outputs({"summary": self.summary})

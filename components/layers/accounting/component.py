@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Optional
+from dataclasses import dataclass
+from typing import Optional, Sequence
 
 import pulumi
 from pulumi.dynamic import Resource
@@ -182,13 +183,50 @@ def _sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-class Accounting(pulumi.ComponentResource):
-    """MariaDB + slurmdbd (+ slurmrestd) on the controller; `ready` gates slurmctld."""
+@dataclass(frozen=True)
+class AccountingInputs:
+    cfg: FleetConfig
+    root: Path
+    db_password: pulumi.Output[str]
+    jwt_key: pulumi.Output[str]
+    #: the Slurm layer's controller base (identities, packages, MUNGE): slurmdbd needs them
+    controller_base: Sequence[pulumi.Resource]
+    #: the Slurm layer's slurmctld: slurmrestd and the check come after it
+    slurmctld: pulumi.Resource
 
-    def __init__(self, cfg: FleetConfig, root: Path, db_password: pulumi.Output[str],
-                 jwt_key: pulumi.Output[str], depends_on: list[pulumi.Resource],
-                 opts: Optional[pulumi.ResourceOptions] = None):
+
+@dataclass(frozen=True)
+class AccountingOutputs:
+    #: slurmdbd serving behind its firewall, the cluster registered, its ClusterID adopted:
+    #: what slurmctld waits on
+    ready: pulumi.Resource
+    #: slurmrestd up and the loopback/socket verification passed
+    checked: "AccountingCheck"
+    history: AccountingHistory
+    access: fw.DbdReachability
+    cluster_id: ClusterIdAdoption
+
+    def exports(self) -> dict[str, pulumi.Output]:
+        """The stack outputs of the layer."""
+        h, d, c = self.history, self.access, self.cluster_id
+        return {
+            "accountingHistory": pulumi.Output.all(h.restored_from, h.restored_jobs).apply(
+                lambda t: {"restoredFrom": t[0], "restoredJobs": t[1]}),
+            "dbdAccess": pulumi.Output.all(d.reached_from, d.refused_from).apply(
+                lambda t: {"reachedFrom": t[0], "refusedFrom": t[1]}),
+            "clusterId": pulumi.Output.all(c.adopt, c.controller_id, c.dbd_id, c.why, c.kept).apply(
+                lambda t: {"adopted": t[0], "controllerId": t[1], "dbdId": t[2], "why": t[3],
+                           "kept": t[4]}),
+        }
+
+
+class Accounting(pulumi.ComponentResource):
+    """MariaDB + slurmdbd (+ slurmrestd) on the controller; `outputs.ready` gates slurmctld."""
+
+    def __init__(self, inputs: AccountingInputs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("gpu-fleet:accounting:Accounting", "accounting", None, opts)
+        cfg, root, db_password, jwt_key = inputs.cfg, inputs.root, inputs.db_password, inputs.jwt_key
+        depends_on = list(inputs.controller_base)
         a, s = cfg.accounting, cfg.slurm
         ctl = cfg.hosts.controller
         conn = conn_input(ctl, cfg.ssh, root)
@@ -220,7 +258,7 @@ class Accounting(pulumi.ComponentResource):
             verify=["sh", "-c", 'mariadb -u root -N -e "SELECT 1 FROM mysql.user WHERE user=\'$1\'" | grep -q 1',
                     "sh", a.db_user],
             triggers={"password": db_password.apply(_sha)}, opts=after(mariadb))
-        self.history = AccountingHistory("accounting-history", conn=conn, database=a.database,
+        history = AccountingHistory("accounting-history", conn=conn, database=a.database,
                                           backup_dir=a.backup_dir, opts=after(db_user))
         key = File("jwt-key", conn=conn, path=JWT_KEY, content=jwt_key, mode="0600", owner="slurm",
                    group="slurm", secret=True, opts=after(packages))
@@ -232,7 +270,7 @@ class Accounting(pulumi.ComponentResource):
                           dropins={"gpu-fleet-firewall.conf": fw.DBD_DROPIN},
                           triggers={"conf": dbd_conf_sha,
                                     "jwt": jwt_key.apply(_sha)},
-                          opts=after(db_user, self.history, key, dbd_conf))
+                          opts=after(db_user, history, key, dbd_conf))
         # slurmctld refuses to start while slurmdbd cannot serve (no TRES from the database).
         serving = CommandWithVerify(
             "slurmdbd-serving", conn=conn,
@@ -240,7 +278,7 @@ class Accounting(pulumi.ComponentResource):
                     'sleep 1; done; echo "slurmdbd is not listening on 6819 after 60 s" >&2; exit 1'],
             verify=["sh", "-c", 'ss -Hltn "sport = :6819" | grep -q .'], opts=after(dbd))
         # Fail closed before slurmctld uses accounting: the port is open to the nodes only.
-        self.access = fw.DbdReachability(
+        access = fw.DbdReachability(
             "dbd-reachability", conn=conn, address=ctl.address,
             clients=[conn_input(n, cfg.ssh, root) for n in cfg.nodes if n.owner != "unreachable"],
             outsiders=[conn_input(h, cfg.ssh, root) for h in fw.outsiders(cfg)],
@@ -254,13 +292,20 @@ class Accounting(pulumi.ComponentResource):
             create=["sh", "-c", 'sacctmgr -n -P list cluster format=cluster | grep -qx "$1" || '
                     'sacctmgr -i add cluster "$1"', "sh", name],
             verify=["sh", "-c", 'sacctmgr -n -P list cluster format=cluster | grep -qx "$1"', "sh", name],
-            opts=after(self.access))
-        self.cluster_id = ClusterIdAdoption(
+            opts=after(access))
+        cluster_id = ClusterIdAdoption(
             "cluster-id", conn=conn, cluster=name, database=a.database, backup_dir=a.backup_dir,
-            triggers={"restored": self.history.restored_from}, opts=after(cluster))
-        self.ready = self.cluster_id
-        self.restd_unit = render_slurmrestd_unit(cfg)
-        self.conn = conn
+            triggers={"restored": history.restored_from}, opts=after(cluster))
+        # slurmrestd and the verification, once slurmctld runs.
+        restd_unit = render_slurmrestd_unit(cfg)
+        restd = SystemdUnit("slurmrestd", conn=conn, unit="slurmrestd.service",
+                            content=restd_unit, triggers={"jwt": jwt_key.apply(_sha)},
+                            opts=after(inputs.slurmctld))
+        checked = AccountingCheck("accounting-check", conn=conn, user=a.restd_user,
+                                  triggers={"unit": _sha(restd_unit), "jwt": jwt_key.apply(_sha)},
+                                  opts=after(restd))
+        self.outputs = AccountingOutputs(ready=cluster_id, checked=checked, history=history,
+                                         access=access, cluster_id=cluster_id)
         self.register_outputs({})
 
     def _dbd_firewall(self, cfg: FleetConfig, conn: dict, rules: str,
@@ -279,15 +324,3 @@ class Accounting(pulumi.ComponentResource):
                            triggers={"rules": _sha(rules)}, opts=after(rules_file))
         return CommandWithVerify("dbd-firewall-loaded", conn=conn, create=["systemctl", "restart", fw.UNIT],
                                  verify=fw.VERIFY_LOADED, opts=after(unit))
-
-    def after_controller(self, cfg: FleetConfig, slurmctld: pulumi.Resource,
-                         jwt_key: pulumi.Output[str]) -> AccountingCheck:
-        """slurmrestd and the verification, once slurmctld runs."""
-        a = cfg.accounting
-        after = lambda *deps: pulumi.ResourceOptions(parent=self, depends_on=[*deps])  # noqa: E731
-        restd = SystemdUnit("slurmrestd", conn=self.conn, unit="slurmrestd.service",
-                            content=self.restd_unit, triggers={"jwt": jwt_key.apply(_sha)},
-                            opts=after(slurmctld))
-        return AccountingCheck("accounting-check", conn=self.conn, user=a.restd_user,
-                               triggers={"unit": _sha(self.restd_unit), "jwt": jwt_key.apply(_sha)},
-                               opts=after(restd))

@@ -50,7 +50,8 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
 
-from ...config import GpuRuntimeLayer, NodeSpec
+from ...admission import Gate
+from ...config import FleetConfig, GpuRuntimeLayer, NodeSpec
 from ...errors import FleetError
 from .probe_source import probe_source
 from .baseline import (
@@ -304,6 +305,27 @@ class GpuBaseline(Resource, module="gpu", name="GpuBaseline"):
 
 # ---- the component -------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class GpuRuntimeInputs:
+    cfg: FleetConfig
+    root: Path
+    #: anything whose change must re-run the probes on `up`
+    triggers: Optional[pulumi.Input[dict]] = None
+
+
+@dataclass(frozen=True)
+class GpuRuntimeOutputs:
+    healthy_nodes: pulumi.Output[list]
+    verdicts: pulumi.Output[dict]
+    problems: pulumi.Output[list]
+    #: the GPU baseline as an admission gate: it judges every reachable GPU node
+    gate: Gate
+
+    def output(self) -> pulumi.Output[dict]:
+        return pulumi.Output.all(self.healthy_nodes, self.verdicts, self.problems).apply(
+            lambda t: {"healthyNodes": t[0], "verdicts": t[1], "problems": t[2]})
+
+
 def _abs_dir(path: str, what: str) -> str:
     if not path.startswith("/") or posixpath.normpath(path) != path.rstrip("/") or path == "/":
         raise FleetError(f"{what}: {path!r} is not a normalized absolute directory")
@@ -377,20 +399,25 @@ class GpuRuntime(pulumi.ComponentResource):
             pulumi.log.warn("\n  ".join(lines), resource=self)
 
         pulumi.Output.all(self.verdicts, self.problems, self.healthy_nodes, self.summary).apply(warn)
+        self.outputs = GpuRuntimeOutputs(
+            healthy_nodes=self.healthy_nodes, verdicts=self.verdicts, problems=self.problems,
+            gate=Gate("gpu_runtime", frozenset(n.name for n, _ in reachable), self.healthy_nodes,
+                      self.verdicts.apply(lambda v: {n: d.get("reasons") or []
+                                                     for n, d in (v or {}).items()
+                                                     if d.get("verdict") != "ok"})))
         self.register_outputs({"healthy_nodes": self.healthy_nodes, "verdicts": self.verdicts,
                                "problems": self.problems, "pynvml": self.pynvml})
 
     @classmethod
-    def for_stack(cls, cfg, root: Optional[Path] = None, *,
-                  triggers: Optional[pulumi.Input[dict]] = None,
+    def for_stack(cls, inputs: "GpuRuntimeInputs", *,
                   opts: Optional[pulumi.ResourceOptions] = None) -> "GpuRuntime":
         """The layer for a stack: every GPU node of `cfg` with its connection. Optional config
         fields (`gpu_runtime.probe_paths`, `.pynvml_dir`, `.required_cgroup_controllers`,
         `.require_ntp`, `.probe_timeout_s`) are used when the config model has them."""
         from ...hosts import conn_input
 
+        cfg, root, triggers = inputs.cfg, inputs.root, inputs.triggers
         layer = cfg.gpu_runtime
-        root = root or Path.cwd()
         extra: dict[str, Any] = {}
         for field in ("pynvml_dir", "required_cgroup_controllers", "require_ntp", "probe_timeout_s"):
             value = getattr(layer, field, None)

@@ -7,8 +7,11 @@ secret, 0400 munge:munge), then the rendered config, then the daemons with
 `Delegate=yes` checked live. Nodes not in a partition (K3s-owned, unreachable)
 get nothing. Config changes reach live daemons with `scontrol reconfigure`;
 only changes Slurm cannot reconfigure (node and partition definitions,
-cgroup.conf, gres.conf, the MUNGE key) restart daemons. The canary acceptance
-runs on every rollout of the layer and fails closed.
+cgroup.conf, gres.conf, the MUNGE key) restart daemons. Inside the layer the
+controller and the canary nodes go first and must pass the acceptance job before
+any other node's packages move; the acceptance layer's final run opens the
+partitions. What the layer takes (`SlurmInputs`: the admitted nodes, what
+slurmctld waits on) and hands on (`SlurmOutputs`) are typed; `Fleet` wires them.
 """
 
 from __future__ import annotations
@@ -18,19 +21,16 @@ from pathlib import Path
 
 import pulumi
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Optional, Sequence
 
-from ..acceptance.job import CanaryJob
-from ..accounting.component import Accounting
+from ...admission import Admission
 from ...config import FleetConfig, HostSpec
-from ..gpu_runtime.component import GpuRuntime
 from ...hosts import conn_input
-from ...inventory import Inventory
 from ...providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
+from ..acceptance.gate import JobSpec
 from .packages import SlurmPackages
-from .render import (
-    ACCEPTANCE_PARTITION, SLURM_ETC, render_cgroup_conf, render_gres_conf, render_slurm_conf,
-)
+from .render import SLURM_ETC, render_cgroup_conf, render_gres_conf, render_slurm_conf
 from .validate import validate_argv
 
 
@@ -76,25 +76,43 @@ def restart_key(slurm_conf: str, cgroup_conf: str, gres_conf: str) -> str:
     return _sha("\n".join(structural) + cgroup_conf + gres_conf)[:16]
 
 
+@dataclass(frozen=True)
+class SlurmInputs:
+    cfg: FleetConfig
+    root: Path
+    munge_key: pulumi.Output[str]
+    #: which partition nodes the layer renders and serves (components/admission.py)
+    admission: Admission
+    #: what slurmctld waits on before it starts: the accounting layer's `ready`, handed over
+    #: by Fleet once that layer exists (empty without accounting)
+    controller_gate: pulumi.Input[Sequence[pulumi.Resource]]
+    accounting: bool = False
+
+
+@dataclass(frozen=True)
+class SlurmOutputs:
+    admitted: pulumi.Output[list]
+    #: on the controller: identities, the release's packages and MUNGE (what accounting needs)
+    controller_base: Sequence[pulumi.Resource]
+    slurmctld: pulumi.Resource
+    #: every node's config pushed to the daemons (`scontrol reconfigure` when needed)
+    reconfigured: pulumi.Resource
+    canary_first: Optional[pulumi.Resource]
+    #: hashes of what the layer applied; whoever must re-run on a change takes them
+    triggers: dict
+
+
 class SlurmCluster(pulumi.ComponentResource):
     """slurmctld on the controller, slurmd on every partition node, one MUNGE key, one config."""
 
-    def __init__(self, cfg: FleetConfig, inventory: Inventory, munge_key: pulumi.Output[str],
-                 root: Path, db_password: Optional[pulumi.Output[str]] = None,
-                 jwt_key: Optional[pulumi.Output[str]] = None, gpu: Optional[GpuRuntime] = None,
-                 opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, inputs: SlurmInputs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-fleet:slurm:SlurmCluster", "slurm", None, opts)
+        cfg, root, munge_key, accounting = inputs.cfg, inputs.root, inputs.munge_key, inputs.accounting
         s = cfg.slurm
-        accounting = cfg.accounting.enabled and db_password is not None and jwt_key is not None
         nodes = cfg.slurm_nodes()
         by_name = {n.name: n for n in nodes}
-        # Fail closed on the GPU baseline: only nodes that passed it are admitted to Slurm.
-        if gpu is not None:
-            self.admitted = gpu.healthy_nodes.apply(
-                lambda h: [n.name for n in nodes if n.gpus is None or n.name in (h or [])])
-        else:
-            self.admitted = pulumi.Output.from_input([n.name for n in nodes])
-        admitted_specs = self.admitted.apply(lambda names: [n for n in nodes if n.name in names])
+        admitted = inputs.admission.admitted
+        admitted_specs = admitted.apply(lambda names: [n for n in nodes if n.name in names])
         acct_host = cfg.hosts.controller.name if accounting else None
         self.slurm_conf = admitted_specs.apply(lambda ns: render_slurm_conf(cfg, acct_host, ns))
         self.cgroup_conf = render_cgroup_conf(cfg)
@@ -108,15 +126,12 @@ class SlurmCluster(pulumi.ComponentResource):
         ctl = cfg.hosts.controller
         self.packages = SlurmPackages(cfg, root, pulumi.ResourceOptions(parent=self))
         daemons: list[pulumi.Resource] = []
-        self.accounting_check = None
-        self.accounting_history = None
-        self.dbd_access = None
-        self.cluster_id = None
-
         ctl_conf: list[pulumi.Resource] = []
+        ctl_base: list[pulumi.Resource] = []
+        gate = pulumi.Output.from_input(inputs.controller_gate)
 
         def host_layer(host: HostSpec, packages: dict[str, str], is_node: bool,
-                       after: tuple[pulumi.Resource, ...] = ()) -> None:
+                       after: tuple[pulumi.Resource, ...] = ()) -> pulumi.Resource:
             conn = conn_input(host, cfg.ssh, root)
             parent = pulumi.ResourceOptions(parent=self)
             h = host.name
@@ -146,6 +161,7 @@ class SlurmCluster(pulumi.ComponentResource):
             files = list(written.values())
             if not is_node:
                 ctl_conf.append(written["slurm.conf"])
+                ctl_base.extend([*ids, pkgs, munge])
             deps: list[pulumi.Resource] = [munge, *files]
             if is_node and s.fake_gpu_devices and host.name in by_name:
                 count = by_name[host.name].gpus.count
@@ -156,84 +172,50 @@ class SlurmCluster(pulumi.ComponentResource):
                                          'i=$((i+1)); done'],
                     verify=["sh", "-c", " && ".join(f"test -c {d}" for d in devs.split())],
                     delete=["rm", "-f", *devs.split()], opts=after_pkgs))
-            acct = None
-            if accounting and not is_node:
-                acct = Accounting(cfg, root, db_password, jwt_key, depends_on=[pkgs, munge],
-                                  opts=pulumi.ResourceOptions(parent=self))
-                deps.append(acct.ready)
-                self.accounting_history = acct.history
-                self.dbd_access = acct.access
-                self.cluster_id = acct.cluster_id
             unit = "slurmd.service" if is_node else "slurmctld.service"
-            serving = self.admitted.apply(lambda names: h in names) if is_node else True
+            serving = admitted.apply(lambda names: h in names) if is_node else True
+            # slurmctld also waits on what the accounting layer hands over (slurmdbd serving,
+            # the ClusterID adopted): it refuses to start while slurmdbd cannot serve it.
+            depends_on = deps if is_node else gate.apply(lambda g: [*deps, *(g or [])])
             daemon = SystemdUnit(
                 f"{h}-{unit.split('.')[0]}", conn=conn, unit=unit, enabled=serving, active=serving,
                 properties={"Delegate": "yes"} if is_node else {},
                 triggers={"restart": restart, "key": key_hash},
-                opts=pulumi.ResourceOptions(parent=self, depends_on=deps))
+                opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on))
             daemons.append(daemon)
-            if acct is not None:
-                self.accounting_check = acct.after_controller(cfg, daemon, jwt_key)
-                daemons.append(self.accounting_check)
+            return daemon
 
         # AuthAltTypes=auth/jwt (for slurmrestd) makes every daemon load the JWT plugin.
         jwt = {"slurm-wlm-jwt-plugin": s.release.debian_version} if accounting else {}
-        host_layer(ctl, {**s.release.controller_packages(), **jwt}, is_node=False)
+        slurmctld = host_layer(ctl, {**s.release.controller_packages(), **jwt}, is_node=False)
         ctl_conn = conn_input(ctl, cfg.ssh, root)
         node_packages = {**s.release.node_packages(), **jwt}
         packages_hash = _sha(repr(sorted(node_packages.items())))[:16]
         canaries = [n for n in nodes if n.canary]
         rest = [n for n in nodes if not n.canary]
-
-        def acceptance(name: str, node: pulumi.Output[str], on: pulumi.Output[list[str]],
-                       triggers: dict, after: list[pulumi.Resource], open_partitions: bool) -> CanaryJob:
-            """The seed's single-GPU job on `node`, with every node of `on` ready first."""
-            return CanaryJob(
-                name, conn=ctl_conn, node=node,
-                gpus=node.apply(lambda c: by_name[c].gpus.count if c else 0),
-                gpu_type=node.apply(lambda c: by_name[c].gpus.type if c else ""),
-                user=s.canary_user, nodes=on,
-                partitions=[p.name for p in s.partitions], partition=ACCEPTANCE_PARTITION,
-                node_conns=on.apply(lambda ns: [conn_input(by_name[n], cfg.ssh, root) for n in ns]),
-                accounting=accounting, open_partitions=open_partitions, job_root="/tmp", marker=None,
-                timeout_s=cfg.acceptance.job_timeout_s, triggers=triggers,
-                opts=pulumi.ResourceOptions(parent=self, depends_on=after))
         for n in canaries:
             host_layer(n, node_packages, is_node=True)
         # Canary first inside the stack: the controller and the canary nodes take a new
         # release (or key, or restart-worthy config) and must pass the acceptance job before
         # any other node's packages move. A failure stops the rollout with the rest of the
-        # fleet untouched; only the final acceptance below opens the partitions.
-        self.canary_first = None
+        # fleet untouched; only the final acceptance (the acceptance layer) opens the partitions.
+        canary_first = None
         if cfg.acceptance.enabled and rest and any(n.gpus for n in canaries):
-            gate_nodes = self.admitted.apply(lambda names: [n.name for n in canaries if n.name in names])
+            gate_nodes = admitted.apply(lambda names: [n.name for n in canaries if n.name in names])
             gate_node = gate_nodes.apply(
                 lambda names: next((n for n in names if by_name[n].gpus), ""))
-            self.canary_first = acceptance(
+            canary_first = JobSpec(cfg, root, accounting).job(
                 "canary-first", gate_node, gate_nodes,
                 {"restart": restart, "key": key_hash, "packages": packages_hash, "canaries": gate_nodes},
-                after=list(daemons), open_partitions=False)
+                after=list(daemons), open_partitions=False, parent=self)
         for n in rest:
-            host_layer(n, node_packages, is_node=True,
-                       after=(self.canary_first,) if self.canary_first else ())
+            host_layer(n, node_packages, is_node=True, after=(canary_first,) if canary_first else ())
         reconf = CommandWithVerify(
             "slurm-reconfigure", conn=ctl_conn, create=["sh", "-c", _RECONFIGURE, "sh", f"{SLURM_ETC}/slurm.conf"],
             verify=["scontrol", "ping"], triggers={"slurm.conf": conf_hash},
             opts=pulumi.ResourceOptions(parent=self, depends_on=daemons))
-
-        def pick(names: list[str]) -> str:
-            """The stack's canary if admitted, else the first admitted GPU node ('' if none)."""
-            for n in [*cfg.canary_nodes(), *nodes]:
-                if n.name in names and n.gpus:
-                    return n.name
-            return ""
-
-        canary = self.admitted.apply(pick)
-        self.canary = None
-        if cfg.acceptance.enabled and any(n.gpus for n in nodes):
-            self.canary = acceptance(
-                "canary-acceptance", canary, self.admitted,
-                {"restart": restart, "slurm.conf": conf_hash, "key": key_hash,
-                 "admitted": self.admitted, "packages": packages_hash},
-                after=[reconf], open_partitions=True)
-        self.register_outputs({"admitted": self.admitted})
+        self.outputs = SlurmOutputs(
+            admitted=admitted, controller_base=ctl_base, slurmctld=slurmctld, reconfigured=reconf,
+            canary_first=canary_first,
+            triggers={"restart": restart, "slurm.conf": conf_hash, "key": key_hash, "packages": packages_hash})
+        self.register_outputs({"admitted": admitted})

@@ -1,0 +1,71 @@
+"""The acceptance layer: the fleet's final acceptance, the only thing that opens partitions.
+
+It runs once everything Slurm serves with is in place (the Slurm layer's
+reconfigure and, with accounting, the accounting verification): the seed's
+single-GPU job on the stack's canary node if admitted (else the first admitted
+GPU node), every admitted node registered and idle first. Passing sets the
+production partitions UP; failing sets them INACTIVE and fails the deployment
+(components/layers/acceptance/job.py). It runs again whenever anything the
+Slurm layer applied changes (`triggers`), and not at all when nothing did.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+import pulumi
+
+from ...config import FleetConfig
+from .gate import JobSpec
+from .job import CanaryJob
+
+
+@dataclass(frozen=True)
+class AcceptanceInputs:
+    cfg: FleetConfig
+    root: Path
+    admitted: pulumi.Output[list]
+    #: what the job must come after: the Slurm layer's reconfigure, accounting's check
+    after: Sequence[pulumi.Resource]
+    #: hashes of what the Slurm layer applied; a change re-runs the job
+    triggers: Mapping[str, pulumi.Input]
+    accounting: bool
+
+
+@dataclass(frozen=True)
+class AcceptanceOutputs:
+    #: None when the stack has no GPU node to accept on, or acceptance is off
+    canary: Optional[CanaryJob]
+
+    def output(self) -> Optional[pulumi.Output[dict]]:
+        c = self.canary
+        if c is None:
+            return None
+        return pulumi.Output.all(c.passed, c.job_id, c.cuda_visible_devices, c.cgroup).apply(
+            lambda t: {"passed": t[0], "jobId": t[1], "cudaVisibleDevices": t[2], "cgroup": t[3]})
+
+
+def pick_canary(cfg: FleetConfig, admitted: list[str]) -> str:
+    """The stack's canary if admitted, else the first admitted GPU node ('' if none)."""
+    for n in [*cfg.canary_nodes(), *cfg.slurm_nodes()]:
+        if n.name in admitted and n.gpus:
+            return n.name
+    return ""
+
+
+class Acceptance(pulumi.ComponentResource):
+    """The final acceptance job of a stack."""
+
+    def __init__(self, inputs: AcceptanceInputs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-fleet:acceptance:Acceptance", "acceptance", None, opts)
+        cfg = inputs.cfg
+        canary = None
+        if cfg.acceptance.enabled and any(n.gpus for n in cfg.slurm_nodes()):
+            spec = JobSpec(cfg, inputs.root, inputs.accounting)
+            canary = spec.job("canary-acceptance", inputs.admitted.apply(lambda a: pick_canary(cfg, a)),
+                              inputs.admitted, {**inputs.triggers, "admitted": inputs.admitted},
+                              after=inputs.after, open_partitions=True, parent=self)
+        self.outputs = AcceptanceOutputs(canary=canary)
+        self.register_outputs({})
