@@ -7,10 +7,20 @@ it wants (`desired`, pure), and which commands turn observed into desired
 
 - `diff` compares the last recorded state with the desired one and never
   touches a host, so a second `pulumi up` with nothing changed sends nothing;
+  it also guards where that state lives (`conn_change`): the same host reached
+  another way (user, key, jump host) is an in-place update, the same host name
+  at another address or port is refused before anything runs;
 - `read` probes for real, so `pulumi refresh` records drift as a change;
 - `create`/`update` probe, plan, apply, probe again and fail unless the new
   plan is empty (the host converged), returning full outputs;
 - `delete` plans the way back to what the host had before.
+
+Outputs are always full (`outputs`): the public inputs, what create recorded,
+the observed state, and under `INPUTS` the stack's values of the input keys
+that the observed state reuses (an Account's uid, a File's mode). The engine
+drops an output whose value is None, and `read`/`delete` work from recorded
+outputs, so without that copy a refresh that found a user gone would leave a
+state whose next probe has no uid to ask for.
 
 Providers are pickled by the engine: no connection, lock or socket lives on
 `self`; connections come from the transport's module-level cache.
@@ -18,9 +28,11 @@ Providers are pickled by the engine: no connection, lock or socket lives on
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import ipaddress
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
@@ -53,8 +65,90 @@ class PlanRefused(FleetError):
     """The planner will not do what was asked (renumber an id, downgrade silently, ...)."""
 
 
+class HostMoved(FleetError):
+    """The stack gives a host's resources another address or port than their state records."""
+
+
+#: output key holding the stack's values of the input keys the observed state reuses
+INPUTS = "_inputs"
+
+
 def target_of(props: Props) -> SshTarget:
     return SshTarget.from_dict(props["conn"])
+
+
+def kind_of(provider: ResourceProvider) -> str:
+    """'File', 'Account', 'CanaryJob', ...: the resource kind, for errors."""
+    return type(provider).__name__.removesuffix("Provider")
+
+
+def _address(address: str) -> str:
+    """One spelling per address: DNS names ignore case and a trailing dot; IPs in canonical form."""
+    a = str(address).strip().rstrip(".").lower()
+    try:
+        return ipaddress.ip_address(a.strip("[]")).compressed
+    except ValueError:
+        return a
+
+
+def conn_change(kind: str, id_: str, olds: Props, news: Props) -> Optional[str]:
+    """How the stack's `conn` differs from the one recorded in state, decided in diff (during
+    preview, before any host is touched):
+
+    - None: the same target;
+    - "replace": another host name, so another object (deleted on the old host, created on the new);
+    - "update": the same name, address and port reached another way (user, identity file,
+      known_hosts, jump host, ssh config, timeout): the update re-probes through the new settings
+      and records them; host-key checking refuses a new route that lands on another machine;
+    - another address or port for the same name (a DNS name for an IP counts, it may resolve
+      anywhere) raises HostMoved: the state lives on the machine at the old address.
+    """
+    old_conn, new_conn = olds.get("conn") or {}, news["conn"]
+    if old_conn.get("name") != new_conn["name"]:
+        return "replace"
+    old, new = SshTarget.from_dict(old_conn), SshTarget.from_dict(new_conn)
+    if old == new:
+        return None
+    moved = [f"conn.{k} {getattr(old, k)} -> {getattr(new, k)}"
+             for k, same in (("address", _address(old.address) == _address(new.address)),
+                             ("port", old.port == new.port)) if not same]
+    if not moved:
+        return "update"
+    at = f"{old.address}:{old.port}"
+    raise HostMoved(
+        f"host {old.name}: {kind} {id_}: {', '.join(moved)}; refusing to move its state to another address\n"
+        f"  why: what this resource did (and what it keeps to undo it) lives on the machine at {at}; "
+        f"moving the state silently would either leave that behind there or undo it at "
+        f"{new.address}:{new.port}, which may be another machine\n"
+        f"  to move the host: take {old.name} out of the stack and run `pulumi up` (its resources are "
+        f"rolled back at {at}), then add it back with the new address and run `pulumi up` again\n"
+        f"  if the machine at {at} is gone for good: `pulumi state delete <urn>` for each of "
+        f"{old.name}'s resources (`pulumi stack --show-urns --show-ids` lists them; this one's id is {id_})"
+    )
+
+
+def recorded_inputs(outs: Props) -> Props:
+    """What read and delete work from: recorded outputs with the stack's shadowed inputs put back."""
+    return {**outs, **(outs.get(INPUTS) or {})}
+
+
+@contextlib.contextmanager
+def _from_record(kind: str, id_: str, props: Props) -> Iterator[None]:
+    """A key missing from a recorded state (written before outputs were always full) is a
+    clear error with its remedy, not a KeyError from a probe."""
+    try:
+        yield
+    except KeyError as e:
+        key = e.args[0] if e.args else None
+        if key in props:
+            raise
+        host = (props.get("conn") or {}).get("name", "?")
+        raise FleetError(
+            f"host {host}: {kind} {id_}: its recorded state lacks {key!r} (an earlier gpu-fleet's refresh "
+            f"dropped it)\n"
+            f"  run `pulumi up` once without --refresh: it records full outputs; then refresh or destroy "
+            f"again (or, if the object is gone from the host for good, `pulumi state delete <urn>` it)"
+        ) from None
 
 
 def normalize(value: Any) -> Any:
@@ -119,6 +213,14 @@ class HostPrimitive(ResourceProvider):
         """Inputs copied into outputs; drop secret payloads (content) here."""
         return dict(props)
 
+    def outputs(self, props: Props, record: Props, observed: Observed) -> Props:
+        """Full outputs: public inputs, what create recorded, the observed state, and the stack's
+        values of the input keys that state reuses (so the next read and delete still have them)."""
+        public = self.public_inputs(props)
+        state = self.state(props, observed)
+        shadowed = {k: public[k] for k in state if public.get(k) is not None}
+        return {**public, **record, **state, INPUTS: shadowed}
+
     # ---- machinery -------------------------------------------------------------
     def _conn(self, props: Props) -> Connection:
         c = connection(target_of(props))
@@ -143,7 +245,7 @@ class HostPrimitive(ResourceProvider):
                 f"host {conn.t.name}: {self.key(props)} did not converge; still planned:\n"
                 + "\n".join(f"  - {s}" for s in left)
             )
-        return {**self.public_inputs(props), **record, **self.state(props, observed)}
+        return self.outputs(props, record, observed)
 
     #: output keys written by `remember` (carried across updates)
     record_keys: tuple[str, ...] = ()
@@ -160,26 +262,33 @@ class HostPrimitive(ResourceProvider):
 
     @_entry
     def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
+        how = conn_change(kind_of(self), _id, olds, news)
         desired = self.desired(news)
-        changes = sorted(k for k, v in desired.items() if olds.get(k) != v)
+        changes = {k for k, v in desired.items() if olds.get(k) != v}
         replaces = sorted(k for k in self.replace_on if olds.get(k) != news.get(k))
-        if olds.get("conn", {}).get("name") != news["conn"]["name"]:
+        if how == "replace":
             replaces.append("conn")
-        changes = sorted(set(changes) | set(replaces))
+        elif how == "update":
+            changes.add("conn")
+        changes |= set(replaces)
         return DiffResult(changes=bool(changes), replaces=replaces, stables=[],
                           delete_before_replace=True)
 
     @_entry
     def read(self, id_: str, props: Props) -> ReadResult:
-        conn = self._conn(props)
-        observed = self.probe(conn, props)
-        return ReadResult(id_=id_, outs={**props, **self.state(props, observed)})
+        props = recorded_inputs(props)  # what was recorded, the stack's inputs (INPUTS) carried on
+        with _from_record(kind_of(self), id_, props):
+            conn = self._conn(props)
+            outs = {**props, **self.state(props, self.probe(conn, props))}
+        return ReadResult(id_=id_, outs=outs)
 
     @_entry
     def delete(self, _id: str, props: Props) -> None:
-        conn = self._conn(props)
-        observed = self.probe(conn, props)
-        for step in self.plan_delete(props, observed):
+        props = recorded_inputs(props)
+        with _from_record(kind_of(self), _id, props):
+            conn = self._conn(props)
+            steps = self.plan_delete(props, self.probe(conn, props))
+        for step in steps:
             conn.run(step.argv, mutating=True, stdin=step.stdin, stdin_secret=step.stdin_secret)
 
 
@@ -200,14 +309,21 @@ class RolloutCheck(ResourceProvider):
     def create(self, props: Props) -> CreateResult:
         return CreateResult(id_=f"{target_of(props).name}:{self.key(props)}", outs={**props, **self.run(props)})
 
+    def rerun(self, olds: Props, news: Props) -> bool:
+        return any(olds.get(k) != news.get(k) for k in self.rerun_on)
+
     @_entry
     def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
+        if not self.rerun(olds, news):  # only the way to reach the host changed: record it
+            return UpdateResult(outs={**olds, "conn": news["conn"]})
         return UpdateResult(outs={**news, **self.run(news)})
 
     @_entry
     def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
-        changed = any(olds.get(k) != news.get(k) for k in self.rerun_on)
-        return DiffResult(changes=changed, replaces=[], stables=[], delete_before_replace=False)
+        how = conn_change(kind_of(self), _id, olds, news)
+        replaces = ["conn"] if how == "replace" else []
+        return DiffResult(changes=bool(how) or self.rerun(olds, news), replaces=replaces, stables=[],
+                          delete_before_replace=True)
 
     def read(self, id_: str, props: Props) -> ReadResult:
         return ReadResult(id_=id_, outs=props)

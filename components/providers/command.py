@@ -3,8 +3,9 @@
 For what has no richer primitive yet. `verify` is the probe (read-only, exit 0
 means the effect is there), so refresh notices when the effect is gone and the
 next up re-runs `create`. `create` re-runs otherwise only when its inputs
-(`create` itself or `triggers`) change; a create that leaves verify failing
-fails the deployment.
+(`create` itself or `triggers`) change: an update for another reason (the host
+reached as another SSH user) only verifies. A create that leaves verify failing
+fails the deployment with verify's exit code and output.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any, Optional
 import pulumi
 from pulumi.dynamic import Resource
 
-from ..transport.command import Piece
+from ..transport import HostError
+from ..transport.command import Piece, display, mask, secrets_of
 from .base import HostPrimitive, NotConverged, Observed, Props, Step, _entry
 
 
@@ -25,19 +27,28 @@ def inputs_hash(props: Props) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def verify_outcome(stdout: str) -> tuple[Optional[int], str]:
+    """(verify's exit code, its output) from the probe's stdout."""
+    lines = stdout.splitlines()
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith("verify-rc "):
+            return int(lines[i].split()[1]), "\n".join(lines[:i])
+    return None, stdout
+
+
+class VerifyFailed(HostError, NotConverged):
+    """`create` ran, yet `verify` still fails: host, verify command, exit code and output."""
+
+
 class CommandWithVerifyProvider(HostPrimitive):
     def key(self, props: Props) -> str:
         return "command:" + inputs_hash(props)[:12]
 
     def probe_argv(self, props: Props) -> list[Piece]:
-        return ["sh", "-c", '"$@"; echo "verify-rc $?"', "sh", *props["verify"]]
+        return ["sh", "-c", '"$@" 2>&1; echo "verify-rc $?"', "sh", *props["verify"]]
 
     def parse(self, props: Props, stdout: str) -> Observed:
-        rc = None
-        for line in stdout.splitlines():
-            if line.startswith("verify-rc "):
-                rc = int(line.split()[1])
-        return {"verified": rc == 0}
+        return {"verified": verify_outcome(stdout)[0] == 0}
 
     def desired(self, props: Props) -> dict[str, Any]:
         return {"verified": True, "inputs_hash": inputs_hash(props)}
@@ -46,13 +57,13 @@ class CommandWithVerifyProvider(HostPrimitive):
         return {"verified": obs["verified"]}
 
     def plan(self, props: Props, obs: Observed, record: Props) -> list[Step]:
-        if obs["verified"] and not record.get("_force"):
+        if obs["verified"]:
             return []
         stdin = props.get("create_stdin")
         return [Step(props["create"], "create", stdin=stdin.encode() if stdin else None,
                      stdin_secret=bool(stdin))]
 
-    record_keys = ("preexisting",)
+    record_keys = ("preexisting", "inputs_hash")
 
     @_entry
     def create(self, props: Props):
@@ -61,16 +72,24 @@ class CommandWithVerifyProvider(HostPrimitive):
         props = {**props, "preexisting": self.probe(conn, props)["verified"]}
         return super().create.__wrapped__(self, props)
 
+    def public_inputs(self, props: Props) -> Props:
+        return {k: v for k, v in props.items() if k != "create_stdin"}
+
     def apply(self, props: Props, record: Props) -> Props:
+        """Create runs on create and when its inputs changed, else only when verify fails."""
         conn = self._conn(props)
         if props.get("preexisting") is None and "preexisting" in record:
             props = {**props, "preexisting": record["preexisting"]}
-        for step in self.plan(props, {"verified": False}, {"_force": True}):
+        rerun = record.get("inputs_hash") != inputs_hash(props)
+        for step in self.plan(props, {"verified": False} if rerun else self.probe(conn, props), {}):
             conn.run(step.argv, mutating=True, stdin=step.stdin, stdin_secret=step.stdin_secret)
-        if not self.probe(conn, props)["verified"]:
-            raise NotConverged(f"host {conn.t.name}: verify command failed after create")
-        return {**{k: v for k, v in props.items() if k != "create_stdin"}, "verified": True,
-                "inputs_hash": inputs_hash(props)}
+        rc, output = verify_outcome(conn.run(self.probe_argv(props), mutating=False).stdout)
+        if rc != 0:
+            stdin = props.get("create_stdin")
+            raise VerifyFailed(conn.t.name, display(props["verify"]), rc,
+                               mask(output, secrets_of(props["create"], [stdin] if stdin else [])),
+                               f"the effect of `{display(props['create'])}` is not there")
+        return {**self.outputs(props, {}, {"verified": True}), "inputs_hash": inputs_hash(props)}
 
     def plan_delete(self, props: Props, obs: Observed) -> list[Step]:
         if props.get("preexisting"):
