@@ -15,11 +15,12 @@ import argparse
 import base64
 import json
 import secrets
+import re
 import subprocess
 import sys
-from typing import Callable
+from typing import Callable, Optional
 
-from .config import PROJECT
+from .config import PROJECT, stack_file
 from .errors import ConfigError
 
 #: key -> (generator, what it is)
@@ -30,18 +31,53 @@ STACK_SECRETS: dict[str, tuple[Callable[[], str], str]] = {
 }
 
 
+#: what a database password may not contain, and why: it is written as `StoragePass=<value>`
+#: into slurmdbd.conf and set in MariaDB from inside an SQL string literal
+_DB_PASSWORD_REFUSED = (
+    (r"[\x00-\x1f\x7f-\x9f]", "a newline or another control character (it would end the "
+                              "StoragePass= line of slurmdbd.conf)"),
+    (r"\s", "white space (slurmdbd.conf ends an unquoted value there)"),
+    (r"#", "'#' (slurmdbd.conf reads the rest of the line as a comment)"),
+    (r'"', "'\"' (slurmdbd.conf reads it as quoting)"),
+    (r"\\", "'\\' (MariaDB reads it as an escape in the SQL string that sets the password)"),
+)
+
+
+def db_password_problem(value: str) -> Optional[str]:
+    """Why a database password cannot be used, or None; the reason never quotes the value."""
+    if not value:
+        return "is empty"
+    return next((f"contains {why}" for rx, why in _DB_PASSWORD_REFUSED if re.search(rx, value)), None)
+
+
+#: key -> why its value cannot be used (None: fine); a reason never includes the value
+SECRET_CHECKS: dict[str, Callable[[str], Optional[str]]] = {"db_password": db_password_problem}
+
+
+def check_secret(key: str, value: str, source: str) -> None:
+    """Refuse a secret's value that its consumer cannot take, naming the key, never the value."""
+    check = SECRET_CHECKS.get(key)
+    problem = check(value) if check else None
+    if problem:
+        raise ConfigError(source, [
+            f"{PROJECT}:{key}: the value {problem}; set another with `pulumi config set --secret "
+            f"{PROJECT}:{key}` (or remove it and run `make stack` to generate one)"])
+
+
 def required_secret(key: str, source: str):
-    """The secret's Output in a running program; refuses a missing or plain-text value."""
+    """The secret's Output in a running program; refuses a missing, plain-text or unusable value
+    (before any resource is declared: config values are known in preview)."""
     import pulumi
-    from pulumi.runtime.config import is_config_secret
+    from pulumi.runtime.config import get_config, is_config_secret
 
     full = f"{PROJECT}:{key}"
-    value = pulumi.Config(PROJECT).get_secret(key)
+    value = get_config(full)
     if value is None:
         raise ConfigError(source, [f"{full}: missing; run `make stack STACK=<stack>` to generate it"])
     if not is_config_secret(full):
         raise ConfigError(source, [f"{full}: stored in plain text; set it with `pulumi config set --secret`"])
-    return value
+    check_secret(key, value, source)
+    return pulumi.Output.secret(value)
 
 
 def ensure(stack: str, cwd: str | None = None, pulumi: str = "pulumi") -> list[str]:
@@ -54,8 +90,10 @@ def ensure(stack: str, cwd: str | None = None, pulumi: str = "pulumi") -> list[s
         full = f"{PROJECT}:{key}"
         if full in have:
             continue
+        value = gen()
+        check_secret(key, value, stack_file(stack))  # a generated value always passes
         subprocess.run([pulumi, "config", "set", "--stack", stack, "--secret", full],
-                       input=gen(), cwd=cwd, text=True, check=True, capture_output=True)
+                       input=value, cwd=cwd, text=True, check=True, capture_output=True)
         created.append(full)
     return created
 

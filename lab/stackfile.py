@@ -15,8 +15,10 @@ import yaml
 
 from .common import INVENTORY, KEY, KNOWN_HOSTS, ROOT, STACK_FILE, LabError, rel
 from . import fake_nvml
-from .hosts import SUBNET, Host, lab_hosts
+from .hosts import Host, lab_hosts
 
+#: keys `lab up` writes, and so replaces; `gpu-fleet:storage` is no longer written (the storage
+#: layer is not built, so the config refuses the section) but stays owned so an old file loses it
 OWNED_KEYS = ("gpu-fleet:ssh", "gpu-fleet:hosts", "gpu-fleet:storage", "gpu-fleet:nodes",
               "gpu-fleet:slurm", "gpu-fleet:gpu_runtime")
 NODE_CPUS = 2
@@ -65,7 +67,6 @@ def render_stack(nodes: int, existing: str | None = None) -> str:
         "  gpu-fleet:hosts:",
         f"    storage: {{name: storage, address: {by_name['storage'].address}}}",
         f"    controller: {{name: ctl, address: {by_name['ctl'].address}}}",
-        f"  gpu-fleet:storage: {{export_clients: {SUBNET}}}",
         "  gpu-fleet:nodes:",
     ]
     for h in node_hosts:

@@ -16,9 +16,28 @@ def stack_config(stack: str) -> dict:
     return yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]
 
 
+def fleet14() -> dict:
+    """The full stack as it will be once the K3s retirement layer has handed its 12 K3s nodes
+    over to Slurm: those nodes owned by slurm, the layer's section gone. A valid 14-node fleet,
+    for what the full fleet renders and declares (the committed full stack does not parse until
+    that layer lands)."""
+    raw = stack_config("full")
+    del raw["gpu-fleet:k3s_retirement"]
+    for n in raw["gpu-fleet:nodes"]:
+        if n["owner"] == "k3s":
+            n["owner"] = "slurm"
+    return raw
+
+
 @pytest.fixture
 def full_config() -> dict:
+    """The committed full stack as it is: the seed's target, refused until K3s retirement lands."""
     return copy.deepcopy(stack_config("full"))
+
+
+@pytest.fixture
+def fleet14_config() -> dict:
+    return fleet14()
 
 
 @pytest.fixture

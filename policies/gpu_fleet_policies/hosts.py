@@ -6,9 +6,9 @@ from under K3s without keeping its state. Checked on the inventory's Host compon
 outputs record each node's owner and whether it is in a Slurm partition (`inSlurm`):
 
 - owner `unreachable` and in Slurm: always refused (re-verify the node, then change its owner);
-- owner `k3s` and in Slurm: refused unless the stack retires the node from K3s
-  (`gpu-fleet:k3s_retirement` enabled, node listed in `retire`). The stack config comes from
-  the engine; if the pack did not receive it, the node is refused (fail closed).
+- owner `k3s` and in Slurm: always refused while the K3s retirement layer is not built. Only
+  that layer can hand a node over (audit, preserve, stop, restore on rollback); a
+  `gpu-fleet:k3s_retirement` section in the stack config is no proof, since nothing acts on it.
 
 A stack policy: component inputs are empty, only their registered outputs are visible.
 """
@@ -16,12 +16,16 @@ A stack policy: component inputs are empty, only their registered outputs are vi
 from __future__ import annotations
 
 from . import props as P
-from . import stackconfig
 from .common import stack_resources
+
+#: why a K3s-owned node may not be in a partition (the program's config check says the same)
+K3S_NOT_HANDED_OVER = (
+    "K3s still runs it, and the K3s retirement layer that hands a node over to Slurm (audit, "
+    "preserve, stop, restore on rollback) is not built yet; take it out of gpu-fleet:slurm.partitions "
+    "until then")
 
 
 def validate_slurm_membership(args, report_violation) -> None:
-    retiring = stackconfig.retiring_nodes(stackconfig.get())
     for res in stack_resources(args, P.HOST):
         owner, in_slurm = res.get("owner"), res.get("inSlurm")
         if P.is_unknown(owner) or P.is_unknown(in_slurm):
@@ -35,10 +39,7 @@ def validate_slurm_membership(args, report_violation) -> None:
                 f'Host "{name}" is unreachable but is in a Slurm partition; remove it from '
                 f"gpu-fleet:slurm.partitions until it is re-verified, then change its owner.",
                 res.urn or None)
-        elif owner == "k3s" and (retiring is None or name not in retiring):
-            why = ("the pack did not receive the stack's config, so its K3s retirement cannot "
-                   "be confirmed" if retiring is None else "the stack does not retire it from K3s")
+        elif owner == "k3s":
             report_violation(
-                f'Host "{name}" is owned by K3s but is in a Slurm partition, and {why}; list it '
-                f"in gpu-fleet:k3s_retirement.retire (with enabled: true) or remove it from "
-                f"gpu-fleet:slurm.partitions.", res.urn or None)
+                f'Host "{name}" is owned by K3s but is in a Slurm partition: {K3S_NOT_HANDED_OVER}.',
+                res.urn or None)

@@ -63,7 +63,7 @@ _SPECS = [
      "slurmrestd listens on a Unix socket only, never on a TCP port.",
      exposure.validate_slurmrestd_unix_socket, Severity.HIGH),
     ("hosts-slurm-membership", "stack",
-     "No K3s-owned (unless retired) or unreachable node is in a Slurm partition.",
+     "No K3s-owned or unreachable node is in a Slurm partition (no layer hands a K3s node over yet).",
      hosts.validate_slurm_membership, Severity.HIGH),
     (relax.REASONS_POLICY, "stack",
      "Each policy this stack relaxes has a written reason in the policy pack config.",

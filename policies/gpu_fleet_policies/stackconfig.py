@@ -2,6 +2,10 @@
 
 Filled by engine.install()'s ConfigureStack hook; None until the engine has sent it (a
 policy that needs it must then fail closed). Tests set it with `configure`.
+
+No policy takes a layer's section here as proof of what that layer did: a section for a layer
+that is not built does nothing (the program refuses it), so `hosts-slurm-membership` refuses
+every K3s-owned node in Slurm whatever `gpu-fleet:k3s_retirement` says.
 """
 
 from __future__ import annotations
@@ -37,13 +41,3 @@ def get() -> Optional[dict[str, Any]]:
     """The stack's `gpu-fleet` config by key (without the prefix), or None if not known."""
     return _config
 
-
-def retiring_nodes(config: Optional[dict[str, Any]]) -> Optional[set[str]]:
-    """Names listed in an enabled `gpu-fleet:k3s_retirement`; None if the config is unknown."""
-    if config is None:
-        return None
-    k3s = config.get("k3s_retirement")
-    if not isinstance(k3s, dict) or not k3s.get("enabled"):
-        return set()
-    retire = k3s.get("retire")
-    return {n for n in retire if isinstance(n, str)} if isinstance(retire, list) else set()

@@ -42,7 +42,7 @@ def test_committed_lab_stack_is_what_up_writes_and_it_validates():
     assert [(n.name, n.address) for n in cfg.nodes] == [(f"node{k}", f"10.213.57.{20 + k}") for k in (1, 2, 3)]
     assert [n.name for n in cfg.canary_nodes()] == ["node1"]
     assert cfg.slurm.cgroup_plugin == "cgroup/v1" and cfg.slurm.partitions[0].default
-    assert cfg.storage.export_clients == "10.213.57.0/24"
+    assert "gpu-fleet:storage" not in yaml.safe_load(committed)["config"]  # not built: no section
 
 
 def test_stack_file_for_more_nodes_validates_and_keeps_keys_others_added():

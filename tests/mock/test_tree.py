@@ -43,8 +43,8 @@ def registered(fleet: Fleet) -> pulumi.Output:
 
 
 @pulumi.runtime.test
-def test_full_tree(full_config, mocks):
-    fleet, urns = build(full_config, mocks)
+def test_full_tree(fleet14_config, mocks):
+    fleet, urns = build(fleet14_config, mocks)
 
     def check(_):
         hosts = sorted(u.split("::")[1] for u in urns if u.startswith("gpu-fleet:inventory:Host::"))
@@ -56,11 +56,11 @@ def test_full_tree(full_config, mocks):
 
 
 @pulumi.runtime.test
-def test_host_outputs_record_owner_and_membership(full_config, mocks):
-    fleet, _ = build(full_config, mocks)
+def test_host_outputs_record_owner_and_membership(fleet14_config, mocks):
+    fleet, _ = build(fleet14_config, mocks)
     host = fleet.inventory.hosts
     assert host["gpu15"].record.owner == "unreachable" and not host["gpu15"].record.in_slurm
-    assert host["gpu05"].record.owner == "k3s" and host["gpu05"].record.in_slurm
+    assert host["gpu05"].record.owner == "slurm" and host["gpu05"].record.in_slurm
     assert host["storage"].record.roles == ("storage", "controller")
     assert host["gpu01"].record.roles == ("compute", "canary")
     assert fleet.summary["slurm_gpus"] == 112

@@ -1,6 +1,7 @@
 """The policy pack end to end with the real CLI: `pulumi preview --policy-pack policies`.
 
-Every stack in stacks/ previews clean under the pack. The fixture program
+Every stack in stacks/ previews clean under the pack, except `full`: it is the seed's target
+and fails before any host is touched until the K3s retirement layer lands. The fixture program
 (tests/policy/programs/fixtures, one case per stack) declares resources directly, bypassing
 the stack config validation that already refuses a K3s node in a partition: each bad case
 fails with its policy's message, the compliant case and the unknown-during-preview case pass,
@@ -19,10 +20,13 @@ from pathlib import Path
 import pytest
 
 from tests.pulumi_cli import PROJECT_FILES, ROOT, PulumiProject
+from tests.unit.test_config import K3S_SENTENCE
 
 POLICIES = ROOT / "policies"
 PROGRAM = Path(__file__).resolve().parent / "programs" / "fixtures"
 STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
+#: stacks that describe a target the built layers cannot reach yet: their preview must fail
+NOT_YET = {"full"}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -79,10 +83,10 @@ def fixtures(tmp_path_factory) -> Guarded:
         project.init_stack(case)
         g.stacks.add(case)
         project.run("config", "set", "--stack", case, "policy-fixtures:case", case)
-    # The compliant case retires its K3s node the way a real stack does.
-    project.run("config", "set", "--stack", "compliant", "--path",
+    # A k3s_retirement section is no proof while that layer is not built: this case has one.
+    project.run("config", "set", "--stack", "k3s-node", "--path",
                 "gpu-fleet:k3s_retirement.enabled", "true")
-    project.run("config", "set", "--stack", "compliant", "--path",
+    project.run("config", "set", "--stack", "k3s-node", "--path",
                 "gpu-fleet:k3s_retirement.retire[0]", "gpu03")
     return g
 
@@ -92,7 +96,7 @@ def test_the_pack_uses_the_project_virtualenv():
     assert "virtualenv: ../.venv" in text
 
 
-@pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.parametrize("stack", sorted(set(STACKS) - NOT_YET))
 def test_every_stack_previews_clean(repo, stack):
     rc, out = repo.preview(stack)
     assert rc == 0, out
@@ -106,6 +110,19 @@ def test_every_stack_previews_clean(repo, stack):
         assert "[advisory]" not in out, out
 
 
+def test_full_stack_fails_before_any_host_naming_file_and_fields(repo):
+    """`make up STACK=full` would start slurmd on 12 nodes K3s still runs: refused up front."""
+    rc, out = repo.preview("full")
+    assert rc != 0, out
+    flat = " ".join(out.split())  # the CLI may wrap long lines
+    src = "stacks/Pulumi.full.yaml"
+    assert (f"{src}: gpu-fleet:k3s_retirement: the K3s retirement layer is not built yet; remove "
+            "this section (it would do nothing)") in flat, out
+    for i in range(3, 15):
+        assert (f"{src}: gpu-fleet:slurm.partitions[0] (v100).nodes[{i - 1}]: node 'gpu{i:02d}' is "
+                f"owned by k3s: {K3S_SENTENCE}") in flat, out
+
+
 BAD = {
     "root-jobs": ("slurm-no-root-jobs",
                   'File "slurm-conf-gpu01" (/etc/slurm/slurm.conf on gpu01) sets DisableRootJobs=NO, '
@@ -114,8 +131,9 @@ BAD = {
                         'File "munge-key-gpu01" (/etc/munge/munge.key on gpu01) holds a secret (the '
                         "MUNGE key) but its content is a plain string"),
     "k3s-node": ("hosts-slurm-membership",
-                 'Host "gpu03" is owned by K3s but is in a Slurm partition, and the stack does not '
-                 "retire it from K3s; list it in gpu-fleet:k3s_retirement.retire"),
+                 'Host "gpu03" is owned by K3s but is in a Slurm partition: K3s still runs it, and the '
+                 "K3s retirement layer that hands a node over to Slurm (audit, preserve, stop, restore "
+                 "on rollback) is not built yet; take it out of gpu-fleet:slurm.partitions until then."),
     "account-drift": ("service-account-ids",
                       'Account "slurm-gpu03" gives slurm uid 64099 on gpu03, but gpu01 gives it uid '
                       "64030; set the same uid on every host"),

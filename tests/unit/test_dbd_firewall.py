@@ -9,12 +9,12 @@ import pytest
 from components.layers.accounting import firewall as fw
 from components.config import parse_fleet_config
 from components.errors import ConfigError
-from tests.conftest import stack_config
+from tests.conftest import fleet14, stack_config
 from tests.unit.test_slurm_render import check_golden
 
 
 def full_cfg(**accounting):
-    raw = stack_config("full")
+    raw = fleet14()
     raw["gpu-fleet:accounting"] = {"enabled": True, **accounting}
     return parse_fleet_config(raw, "full")
 

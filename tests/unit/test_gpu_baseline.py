@@ -31,8 +31,8 @@ def fake_nvml_lib(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def cfg(full_config):
-    return parse_fleet_config(full_config, "stacks/Pulumi.full.yaml")
+def cfg(fleet14_config):
+    return parse_fleet_config(fleet14_config, "stacks/Pulumi.full.yaml")
 
 
 @pytest.fixture(scope="session")
