@@ -1,5 +1,7 @@
 # Sourced by bin/pulumi and the Makefile: the project's Pulumi environment.
 # Every default can be overridden by setting the variable before running.
+# bash only (it reads BASH_SOURCE):
+# shellcheck shell=bash
 _root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export PATH="$_root/.tools/bin:$_root/.venv/bin:$PATH"
 export PULUMI_RUNTIME_VIRTUALENV="${PULUMI_RUNTIME_VIRTUALENV:-$_root/.venv}"

@@ -44,26 +44,32 @@ else
   log ".venv up to date"
 fi
 
-# --- 1b. system packages for the lab (python -m lab) --------------------------
+# --- 1b. system packages for the lab (python -m lab) and the tests -------------
 # systemd-nspawn hosts need debootstrap, nspawn itself, zstd for the cached image,
 # an ssh client, dpkg-scanpackages for the hosts' local apt repository and ip(8).
+# The tests need shellcheck (tests/unit/test_shell_scripts.py checks every *.sh).
 # Installed only as root where apt-get exists; apt-get update only when one is missing.
 LAB_PKGS="debootstrap systemd-container zstd openssh-client dpkg-dev iproute2"
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
-  missing=""
+  missing=()
   for p in $LAB_PKGS; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
   done
-  if [ -n "$missing" ]; then
-    log "installing system packages for the lab:$missing"
+  command -v shellcheck >/dev/null || missing+=(shellcheck)
+  if [ "${#missing[@]}" -gt 0 ]; then
+    log "installing system packages: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt_log="$(mktemp)"
     apt-get update -qq >"$apt_log" 2>&1 || log "apt-get update reported errors (continuing)"
-    # shellcheck disable=SC2086
-    apt-get install -y -qq --no-install-recommends $missing >>"$apt_log" 2>&1 \
-      || { cat "$apt_log" >&2; die "apt-get install of$missing failed"; }
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >>"$apt_log" 2>&1 \
+      || { cat "$apt_log" >&2; die "apt-get install of ${missing[*]} failed"; }
     rm -f "$apt_log"
   fi
+fi
+if ! command -v shellcheck >/dev/null; then
+  log "shellcheck is not installed and the tests need it (they fail without it): install it"
+  log "  as root (Debian/Ubuntu: sudo apt-get install shellcheck; elsewhere your package"
+  log "  manager's shellcheck, or a release from https://github.com/koalaman/shellcheck/releases)"
 fi
 
 # --- 2. the Pulumi CLI --------------------------------------------------------
@@ -146,6 +152,7 @@ write_shim() { # <name> <body>
   mv -f "$SHIMS/$1.tmp" "$SHIMS/$1"
 }
 # Interpreter of the program's virtualenv (exported by scripts/env.sh), else python3.
+# shellcheck disable=SC2016 # literal on purpose: the shim expands it when it runs
 VENV_PY='"${PULUMI_RUNTIME_VIRTUALENV:+$PULUMI_RUNTIME_VIRTUALENV/bin/}python3"'
 # CLIs since ~v3.100 send runtime options in RPCs; the v3.68 host still reads
 # them as flags, so pass the project's `virtualenv` option the way it expects.

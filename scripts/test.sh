@@ -3,5 +3,5 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-[ -x .venv/bin/python ] && [ -x .tools/bin/pulumi ] || { echo "run 'make setup' first" >&2; exit 1; }
+if [ ! -x .venv/bin/python ] || [ ! -x .tools/bin/pulumi ]; then echo "run 'make setup' first" >&2; exit 1; fi
 exec .venv/bin/python -m pytest "${@:-tests}"

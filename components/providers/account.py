@@ -14,15 +14,11 @@ from typing import Any, Optional
 import pulumi
 from pulumi.dynamic import Resource
 
+from ..scripts import script
 from ..transport.command import Piece, sh
 from .base import HostPrimitive, Observed, PlanRefused, Props, Step
 
-_PROBE = r"""
-echo "user $(getent passwd "$1")"
-echo "group $(getent group "$1")"
-echo "uid $(getent passwd "$2")"
-echo "gid $(getent group "$3")"
-"""
+_PROBE = script(__file__, "account_probe.sh")
 
 
 def _passwd(line: str) -> Optional[dict]:

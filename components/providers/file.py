@@ -16,36 +16,14 @@ from typing import Any, Optional, Sequence
 import pulumi
 from pulumi.dynamic import Resource
 
+from ..scripts import script
 from ..transport.command import Piece, sh
 from .base import HostPrimitive, Observed, PlanRefused, Props, Step
 
 BACKUP_DIR = "/var/lib/gpu-fleet/backup"
 
-_PROBE = r"""
-p="$1"; b="$2"
-if [ -L "$p" ]; then echo "kind link"
-elif [ -f "$p" ]; then echo "kind file"; stat -c 'meta %a %U %G' -- "$p"; echo "sha256 $(sha256sum -- "$p" | cut -d' ' -f1)"
-elif [ -e "$p" ]; then echo "kind other"
-else echo "kind absent"; fi
-if [ -f "$b" ]; then echo "backup yes"; else echo "backup no"; fi
-if [ -d "$(dirname -- "$p")" ]; then echo "parent yes"; else echo "parent no"; fi
-"""
-
-# $1 path, $2 owner, $3 group, $4 mode; optional validate argv after "--".
-_WRITE = r"""
-set -eu
-p="$1"; o="$2"; g="$3"; m="$4"; shift 4
-d=$(dirname -- "$p"); mkdir -p -- "$d"
-t=$(mktemp "$d/.gpu-fleet.XXXXXX")
-trap 'rm -f -- "$t"' EXIT
-cat > "$t"
-chown -- "$o:$g" "$t"; chmod -- "$m" "$t"
-if [ "$#" -gt 0 ]; then
-  n=0; for a in "$@"; do n=$((n+1)); if [ "$a" = "{}" ]; then set -- "$@" "$t"; else set -- "$@" "$a"; fi; done
-  shift "$n"; "$@"
-fi
-mv -f -- "$t" "$p"; trap - EXIT
-"""
+_PROBE = script(__file__, "file_probe.sh")
+_WRITE = script(__file__, "file_write.sh")
 
 
 def backup_path(path: str) -> str:

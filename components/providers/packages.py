@@ -16,18 +16,14 @@ import pulumi
 from debian.debian_support import version_compare
 from pulumi.dynamic import Resource
 
+from ..scripts import script
 from ..transport.command import Piece, sh
 from .base import HostPrimitive, Observed, PlanRefused, Props, Step, _entry
 
 APT_ENV = ["env", "DEBIAN_FRONTEND=noninteractive", "NEEDRESTART_MODE=a"]
 APT_OPTS = ["-y", "-q", "-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold"]
 
-_PROBE = r"""
-echo "== installed"
-dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\n' 2>/dev/null
-echo "== held"
-apt-mark showhold 2>/dev/null
-"""
+_PROBE = script(__file__, "packages_probe.sh")
 
 
 def parse_package_probe(stdout: str) -> Observed:

@@ -15,6 +15,7 @@ from typing import Any, Optional
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, Resource, UpdateResult
 
+from ..scripts import script
 from ..transport.command import Piece, sh
 from .base import HostPrimitive, Observed, Props, Step, _entry
 from .file import sha256_text, write_step
@@ -22,14 +23,7 @@ from .file import sha256_text, write_step
 UNIT_DIR = "/etc/systemd/system"
 _BASE_PROPS = ("LoadState", "ActiveState", "UnitFileState", "NeedDaemonReload")
 
-_PROBE = r"""
-u="$1"; shift
-for f in "$@"; do
-  if [ -f "$f" ]; then echo "file $f $(sha256sum -- "$f" | cut -d' ' -f1)"; else echo "file $f absent"; fi
-done
-echo "== show"
-systemctl show "$u" -p LoadState -p ActiveState -p UnitFileState -p NeedDaemonReload $PROPS 2>/dev/null
-"""
+_PROBE = script(__file__, "systemd_probe.sh")  # $PROPS: the -p options of `properties`
 
 
 def unit_paths(props: Props) -> dict[str, str]:

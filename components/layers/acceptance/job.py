@@ -27,36 +27,14 @@ from pulumi.dynamic import Resource
 
 from ...errors import FleetError
 from ...providers.base import Props, RolloutCheck, target_of
+from ...scripts import script
 from ..slurm.render import count_visible_gpus
 from ...transport import FanOutError, SshTarget, connection, fan_out
 from ...transport.command import sh
 
-_NODES_READY = r"""
-# $1: seconds to wait, then the expected nodes. Prints "node state" lines once all
-# are idle/mixed/allocated, or the last view (and reasons) on timeout.
-deadline=$(( $(date +%s) + $1 )); shift
-while :; do
-  view=$(sinfo -h -N -o '%N %T' "--nodes=$(echo "$@" | tr ' ' ',')" 2>&1)
-  bad=$(echo "$view" | awk '$2 !~ /^(idle|mixed|allocated)$/')
-  if [ -n "$view" ] && [ -z "$bad" ]; then echo "$view"; exit 0; fi
-  if [ "$(date +%s)" -ge "$deadline" ]; then
-    echo "$view"; echo "== reasons"; sinfo -h -R -o '%N %T %E' 2>&1; exit 3
-  fi
-  sleep 2
-done
-"""
-
-_JOB = r"""
-echo "job=$SLURM_JOB_ID"
-echo "node=$(hostname)"
-echo "cvd=$CUDA_VISIBLE_DEVICES"
-echo "cgroup=$(grep -E ':(devices|memory):' /proc/self/cgroup | head -n1 | cut -d: -f3)"
-if [ -n "$1" ]; then if [ -r "$1" ]; then echo "marker=ok"; else echo "marker=unreadable"; fi
-else echo "marker=none"; fi
-d="$2/gpu-fleet-canary-$SLURM_JOB_ID"
-if mkdir -p "$d" && echo probe > "$d/probe" && rm -rf "$d" && [ ! -e "$d" ]; then echo "jobroot=ok"
-else echo "jobroot=failed"; fi
-"""
+_NODES_READY = script(__file__, "nodes_ready.sh")
+_JOB = script(__file__, "job.sh")
+_SACCT_ALLOC_TRES = script(__file__, "sacct_alloc_tres.sh")
 
 
 def parse_job(stdout: str) -> dict[str, str]:
@@ -170,9 +148,7 @@ class CanaryJobProvider(RolloutCheck):
 
     def _sacct(self, conn, job_id: str) -> str:
         """AllocTRES of the job as accounting recorded it (records land a few seconds late)."""
-        script = ('for i in $(seq 30); do t=$(sacct -X -n -P -j "$1" -o AllocTRES 2>/dev/null | head -n1); '
-                  '[ -n "$t" ] && { echo "$t"; exit 0; }; sleep 1; done; echo')
-        return conn.run(["sh", "-c", script, "sh", job_id], mutating=False, check=False, timeout=60).stdout.strip()
+        return conn.run(sh(_SACCT_ALLOC_TRES, job_id), mutating=False, check=False, timeout=60).stdout.strip()
 
     def _munge_gate(self, conn, props: Props) -> None:
         """A credential made on the controller must decode on every node (one key, one clock)."""

@@ -28,60 +28,16 @@ from pulumi.dynamic import UpdateResult
 
 from ...errors import FleetError
 from ...providers.base import Props, RolloutCheck, _entry, target_of
+from ...scripts import script
 from ..slurm.render import SLURM_ETC, STATE_SAVE_LOCATION
 from ...transport import connection, sh
 
 STATE_FILE = f"{STATE_SAVE_LOCATION}/clustername"
 SLURM_CONF = f"{SLURM_ETC}/slurm.conf"
 
-# $1 state file, $2 database, $3 cluster (both names are validated identifiers)
-_PROBE = r"""
-f="$1"
-echo "== file"
-if [ -f "$f" ]; then cat -- "$f"; echo; echo "== sha"; sha256sum -- "$f" | cut -d' ' -f1; fi
-echo "== dbd"
-# Slurm before 23.02 keeps no ClusterID: its cluster_table has no id column.
-cols=$(mariadb -N -B -e "SELECT column_name FROM information_schema.columns WHERE table_schema='$2'
-    AND table_name='cluster_table' AND column_name='id'" 2>&1) || { echo "$cols" | tail -n1; exit 0; }
-if [ "$cols" = id ]; then
-  mariadb -N -B -e "SELECT id FROM \`$2\`.cluster_table WHERE name='$3' AND deleted=0" 2>&1
-else
-  echo "no-cluster-ids"
-fi
-"""
-
-# $1 state file, $2 kept copy's name (a UTC stamp is added), $3 the file's expected sha256,
-# $4 new content
-_ADOPT = r"""
-set -eu
-f="$1"; keep="$2.$(date -u +%Y%m%dT%H%M%SZ)"
-systemctl stop slurmctld.service
-[ "$(sha256sum -- "$f" | cut -d' ' -f1)" = "$3" ] || { echo "$f changed since it was read" >&2; exit 3; }
-install -d -m 0700 "$(dirname -- "$keep")"
-cp -p -- "$f" "$keep.tmp"; sync "$keep.tmp"
-[ "$(sha256sum -- "$keep.tmp" | cut -d' ' -f1)" = "$3" ] || { echo "the kept copy differs from $f" >&2; exit 4; }
-mv -f -- "$keep.tmp" "$keep"
-t="$f.gpu-fleet.tmp"
-printf '%s' "$4" > "$t"; chown --reference="$f" "$t"; chmod --reference="$f" "$t"; mv -f -- "$t" "$f"
-echo "kept $keep"
-"""
-
-# $1 state file, $2 kept copy, $3 its sha256, $4 slurm.conf. slurmctld reads and writes the file only when
-# it starts, and by now runs without accounting: it takes the kept ID at its next start.
-# (Restarting it here would close the partitions the acceptance opened.)
-_RESTORE = r"""
-set -eu
-f="$1"; keep="$2"
-if [ ! -d "$(dirname -- "$f")" ]; then echo "no controller state left; nothing to restore"; exit 0; fi
-[ -f "$keep" ] || { echo "the kept clustername $keep is gone" >&2; exit 3; }
-[ "$(sha256sum -- "$keep" | cut -d' ' -f1)" = "$3" ] || { echo "the kept clustername $keep does not match its recorded SHA-256" >&2; exit 4; }
-if grep -qs '^AccountingStorageType=accounting_storage/slurmdbd' "$4"; then
-  echo "slurm.conf still uses slurmdbd: the controller's own ClusterID would fail its next start" >&2; exit 5
-fi
-t="$f.gpu-fleet.tmp"
-cp -p -- "$keep" "$t"; mv -f -- "$t" "$f"
-echo "restored $f from $keep"
-"""
+_PROBE = script(__file__, "cluster_id_probe.sh")
+_ADOPT = script(__file__, "cluster_id_adopt.sh")
+_RESTORE = script(__file__, "cluster_id_restore.sh")
 
 
 def parse_probe(stdout: str) -> dict[str, Any]:

@@ -32,95 +32,12 @@ from pulumi.dynamic import Resource
 
 from ...errors import FleetError
 from ...providers.base import Props, _entry, target_of
+from ...scripts import script
 from ...transport import connection
 
-# A fingerprint of database $1: "tables N", "jobs <table> <rows> <max id>", "sum <table> <checksum>".
-_FINGERPRINT = r"""
-fingerprint() {
-  mariadb -N -B -e "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema='$1'" \
-    | sed 's/^/tables /'
-  for t in $(mariadb -N -B -e "SELECT table_name FROM information_schema.tables
-                               WHERE table_schema='$1' ORDER BY table_name"); do
-    case $t in *_job_table)
-      mariadb -N -B -e "SELECT '$t', COUNT(*), COALESCE(MAX(id_job), 0) FROM \`$1\`.\`$t\`" \
-        | sed 's/^/jobs /';;
-    esac
-    mariadb -N -B -e "CHECKSUM TABLE \`$1\`.\`$t\`" | awk -v t="$t" '{print "sum", t, $2}'
-  done
-}
-"""
-
-# $1 database, $2 backup directory. Prints "key value" lines; exit 3 = proof failed.
-_BACKUP = r"""
-set -euo pipefail
-db="$1"; dir="$2"
-""" + _FINGERPRINT + r"""
-refuse() { echo "refused $*"; mariadb -e "DROP DATABASE IF EXISTS \`$scratch\`" || true; exit 3; }
-scratch="${db}_gpu_fleet_proof"
-# 1. no new writers
-systemctl stop slurmdbd.service 2>/dev/null || true
-if systemctl is-active -q slurmdbd.service; then echo "refused slurmdbd is still running"; exit 3; fi
-if ! mariadb -N -B -e "SHOW DATABASES" | grep -qx "$db"; then echo "absent $db"; exit 0; fi
-# 2. the dump, hashed as it is written
-install -d -m 0700 "$dir"
-f="$dir/$db-$(date -u +%Y%m%dT%H%M%SZ).sql.gz"
-stream=$(mariadb-dump --single-transaction --routines "$db" | gzip -c | tee "$f.part" \
-         | sha256sum | cut -d' ' -f1)
-echo "dump $f"
-# 3. the file on disk is the stream, and a whole gzip stream
-gzip -t "$f.part" 2>/dev/null || refuse "the dump $f is not a valid gzip stream"
-disk=$(sha256sum "$f.part" | cut -d' ' -f1)
-[ "$disk" = "$stream" ] || refuse "the dump $f on disk has SHA-256 $disk, the stream written was $stream"
-mv -f "$f.part" "$f"
-echo "$stream  $(basename "$f")" > "$f.sha256"
-echo "sha256 $stream"
-# 4. restore into a scratch database
-mariadb -e "DROP DATABASE IF EXISTS \`$scratch\`; CREATE DATABASE \`$scratch\`"
-gunzip -c "$f" | mariadb "$scratch" 2>"$dir/.restore.err" \
-  || refuse "the dump $f does not restore: $(head -c 300 "$dir/.restore.err")"
-# 5. compare schema, job rows and table checksums with the source
-fingerprint "$db" > "$dir/.source"; fingerprint "$scratch" > "$dir/.scratch"
-if ! diff -u "$dir/.source" "$dir/.scratch" > "$dir/.diff"; then
-  refuse "the restored copy differs from the source: $(grep '^[-+][a-z]' "$dir/.diff" | head -n 6 | tr '\n' ';')"
-fi
-sed 's/^/source /' "$dir/.source" | grep -E '^source (tables|jobs) '
-# the proven fingerprint goes with the dump: a reapply checks its restore against it
-mv -f "$dir/.source" "$f.fingerprint"
-rm -f "$dir/.scratch" "$dir/.diff" "$dir/.restore.err"
-# 6. proven: remove the scratch copy and the active database
-mariadb -e "DROP DATABASE \`$scratch\`; DROP DATABASE \`$db\`"
-echo "dropped $db"
-"""
-
-# $1 database, $2 backup directory. Restores the newest dump into an empty database.
-_RESTORE = r"""
-set -euo pipefail
-db="$1"; dir="$2"
-""" + _FINGERPRINT + r"""
-empty() { mariadb -e "DROP DATABASE IF EXISTS \`$db\`; CREATE DATABASE \`$db\`"; }
-n=$(mariadb -N -B -e "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema='$db'")
-if [ "$n" != 0 ]; then echo "kept $db has $n tables"; exit 0; fi
-f=$(ls -1 "$dir"/"$db"-*.sql.gz 2>/dev/null | sort | tail -n 1 || true)
-if [ -z "$f" ]; then echo "fresh no dump in $dir"; exit 0; fi
-[ -f "$f.sha256" ] || { echo "refused $f has no recorded SHA-256 ($f.sha256)"; exit 3; }
-want=$(cut -d' ' -f1 "$f.sha256"); have=$(sha256sum "$f" | cut -d' ' -f1)
-[ "$want" = "$have" ] || { echo "refused $f has SHA-256 $have, the backup recorded $want"; exit 3; }
-gzip -t "$f" 2>/dev/null || { echo "refused $f is not a valid gzip stream"; exit 3; }
-if ! gunzip -c "$f" | mariadb "$db" 2>"$dir/.restore.err"; then
-  empty; echo "refused $f does not restore: $(head -c 300 "$dir/.restore.err")"; exit 3
-fi
-rm -f "$dir/.restore.err"
-# the restored history must be what the backup proved (same tables, job rows, checksums)
-if [ -f "$f.fingerprint" ] && ! fingerprint "$db" | diff -q - "$f.fingerprint" >/dev/null; then
-  empty; echo "refused the history restored from $f differs from the one its backup proved"; exit 3
-fi
-echo "restored $f"
-echo "sha256 $have"
-mariadb -N -B -e "SELECT table_name FROM information_schema.tables WHERE table_schema='$db'
-                  AND table_name LIKE '%\_job\_table'" | while read -r t; do
-  mariadb -N -B -e "SELECT 'jobs', '$t', COUNT(*) FROM \`$db\`.\`$t\`"
-done
-"""
+_FINGERPRINT = script(__file__, "history_fingerprint.sh")  # defines fingerprint()
+_BACKUP = _FINGERPRINT + script(__file__, "history_backup.sh")
+_RESTORE = _FINGERPRINT + script(__file__, "history_restore.sh")
 
 
 def parse_lines(stdout: str) -> dict[str, Any]:

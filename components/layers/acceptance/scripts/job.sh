@@ -1,0 +1,13 @@
+#!/bin/sh
+# The canary job itself (under srun): reports its id, node, GPUs, cgroup, marker and job root as key=value.
+# $1 model marker path ("" for none), $2 job root.
+
+echo "job=$SLURM_JOB_ID"
+echo "node=$(hostname)"
+echo "cvd=$CUDA_VISIBLE_DEVICES"
+echo "cgroup=$(grep -E ':(devices|memory):' /proc/self/cgroup | head -n1 | cut -d: -f3)"
+if [ -n "$1" ]; then if [ -r "$1" ]; then echo "marker=ok"; else echo "marker=unreadable"; fi
+else echo "marker=none"; fi
+d="$2/gpu-fleet-canary-$SLURM_JOB_ID"
+if mkdir -p "$d" && echo probe > "$d/probe" && rm -rf "$d" && [ ! -e "$d" ]; then echo "jobroot=ok"
+else echo "jobroot=failed"; fi

@@ -1,0 +1,12 @@
+#!/bin/sh
+# Reads a unit: the SHA-256 of each managed file, then `systemctl show` of its states.
+# $1 the unit, then its managed file paths. $PROPS is a template slot, not a variable:
+# systemd.py replaces it with the "-p Name" options of the live properties it checks.
+
+u="$1"; shift
+for f in "$@"; do
+  if [ -f "$f" ]; then echo "file $f $(sha256sum -- "$f" | cut -d' ' -f1)"; else echo "file $f absent"; fi
+done
+echo "== show"
+# shellcheck disable=SC2086 # the slot's -p options (see above) must split into words
+systemctl show "$u" -p LoadState -p ActiveState -p UnitFileState -p NeedDaemonReload $PROPS 2>/dev/null

@@ -1,0 +1,258 @@
+"""The host scripts whose branches decide whether to touch a live daemon or its data, run as
+the code runs them (`sh -c <text> sh <args>`, `bash -c` for the history scripts) against
+stub commands on PATH that record their calls."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from components.layers.accounting import cluster_id, history
+from components.scripts import script
+from components.transport.command import sh
+
+ROOT = Path(__file__).resolve().parents[2]
+# Another change wires reconfigure.sh into slurm/component.py; the file is what runs.
+RECONFIGURE = script(str(ROOT / "components/layers/slurm/component.py"), "reconfigure.sh")
+
+WRITTEN = datetime(2023, 11, 14, 22, 13, 20, tzinfo=timezone.utc)  # slurm.conf's mtime
+BEFORE, AFTER = WRITTEN - timedelta(minutes=5), WRITTEN + timedelta(minutes=5)
+
+
+class Stubs:
+    """Commands written as small sh scripts into a directory put first on PATH; each records
+    `<name> <args>` in a log, then runs its body (which may read the test's env)."""
+
+    def __init__(self, root: Path):
+        self.bin = root / "bin"
+        self.bin.mkdir()
+        self.log = root / "calls.log"
+        self.log.touch()
+
+    def add(self, name: str, body: str = "") -> None:
+        p = self.bin / name
+        p.write_text(f'#!/bin/sh\necho "{name} $*" >> "$STUB_LOG"\n{body}\n')
+        p.chmod(0o755)
+
+    def run(self, argv: list, **env: str) -> subprocess.CompletedProcess:
+        full = {**os.environ, "PATH": f"{self.bin}:{os.environ['PATH']}", "STUB_LOG": str(self.log),
+                "TZ": "UTC", "LC_ALL": "C", **env}
+        return subprocess.run([str(a) for a in argv], env=full, capture_output=True, text=True, timeout=30)
+
+    def calls(self, name: str = "") -> list[str]:
+        return [c for c in self.log.read_text().splitlines() if c.split(" ", 1)[0] == name or not name]
+
+
+@pytest.fixture
+def stubs(tmp_path) -> Stubs:
+    return Stubs(tmp_path)
+
+
+# ---- slurm/scripts/reconfigure.sh --------------------------------------------------------
+
+def reconfigure(stubs: Stubs, ctl: datetime, slurmd: list[str], agent_queue: str = "0"):
+    """Run reconfigure.sh: slurm.conf written at WRITTEN, slurmctld active since `ctl`, and
+    `scontrol show node -o` giving each node the SlurmdStartTime in `slurmd`."""
+    stubs.add("stat", f"echo {int(WRITTEN.timestamp())}")
+    stubs.add("systemctl", f"echo '{ctl.strftime('%a %Y-%m-%d %H:%M:%S UTC')}'")
+    nodes = "\n".join(f"NodeName=gpu{i:02d} Arch=x86_64 SlurmdStartTime={t} State=IDLE"
+                      for i, t in enumerate(slurmd))
+    stubs.add("scontrol", f'[ "$1 $2" = "show node" ] && cat <<"EOF"\n{nodes}\nEOF\nexit 0')
+    # sdiag reports the queue in $AGENT_QUEUE, then 0 once `sleep` has been called once
+    stubs.add("sdiag", f'if grep -q "^sleep" "$STUB_LOG"; then q=0; else q={agent_queue}; fi\n'
+                       'echo "Agent queue size:  $q"')
+    stubs.add("sleep")
+    res = stubs.run(sh(RECONFIGURE, "/etc/slurm/slurm.conf"))
+    assert res.returncode == 0 and res.stderr == "", res.stderr
+    return res, [c for c in stubs.calls("scontrol") if c != "scontrol show node -o"]
+
+
+def iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def test_reconfigure_skipped_when_every_daemon_started_after_the_write(stubs):
+    res, calls = reconfigure(stubs, AFTER, [iso(AFTER), iso(AFTER + timedelta(seconds=30))])
+    assert calls == []
+    assert "nothing to reconfigure" in res.stdout
+    assert stubs.calls("stat") == ["stat -c %Y -- /etc/slurm/slurm.conf"]
+    assert stubs.calls("systemctl") == ["systemctl show -p ActiveEnterTimestamp --value slurmctld.service"]
+    assert stubs.calls("sleep") == [] and stubs.calls("sdiag") == []
+
+
+def test_reconfigure_once_when_slurmctld_started_before_the_write(stubs):
+    _, calls = reconfigure(stubs, BEFORE, [iso(AFTER), iso(AFTER)])
+    assert calls == ["scontrol reconfigure"]
+
+
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_reconfigure_once_when_any_one_slurmd_started_before_the_write(stubs, which):
+    times = [iso(AFTER)] * 3
+    times[which] = iso(BEFORE)
+    _, calls = reconfigure(stubs, AFTER, times)
+    assert calls == ["scontrol reconfigure"]
+
+
+def test_reconfigure_when_a_daemon_started_in_the_same_second_as_the_write(stubs):
+    _, calls = reconfigure(stubs, WRITTEN, [iso(AFTER)])
+    assert calls == ["scontrol reconfigure"]  # the order within a second is unknown
+
+
+@pytest.mark.parametrize("bad", ["None", "Unknown", "garbage-time"])
+def test_reconfigure_skips_an_unparsable_slurmd_start_time(stubs, bad):
+    _, calls = reconfigure(stubs, AFTER, [iso(AFTER), bad])
+    assert calls == []
+    stubs.log.write_text("")
+    _, calls = reconfigure(stubs, AFTER, [bad, iso(BEFORE)])
+    assert calls == ["scontrol reconfigure"]  # one unparsable node does not hide another
+
+
+def test_reconfigure_waits_for_the_agent_queue_to_drain(stubs):
+    _, calls = reconfigure(stubs, BEFORE, [iso(AFTER)], agent_queue="3")
+    assert calls == ["scontrol reconfigure"]
+    assert stubs.calls("sleep") == ["sleep 1", "sleep 2"]
+    assert len(stubs.calls("sdiag")) == 2
+
+
+# ---- accounting/scripts/cluster_id_adopt.sh, cluster_id_restore.sh -------------------------
+
+def sha(p: Path) -> str:
+    return hashlib.sha256(p.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def controller(tmp_path, stubs):
+    """A controller state file `lab|111` and a backup directory; systemctl is a stub."""
+    state = tmp_path / "state" / "clustername"
+    state.parent.mkdir()
+    state.write_text("lab|111")
+    stubs.add("systemctl")
+    return state, tmp_path / "backup"
+
+
+def test_adopt_keeps_the_controllers_file_and_writes_the_dbd_id(stubs, controller):
+    state, backup = controller
+    want = sha(state)
+    res = stubs.run(sh(cluster_id._ADOPT, state, backup / "clustername.111", want, "lab|222"))
+    assert res.returncode == 0, res.stderr
+    assert stubs.calls("systemctl") == ["systemctl stop slurmctld.service"]
+    assert state.read_text() == "lab|222"
+    kept = [line.split(" ", 1)[1] for line in res.stdout.splitlines() if line.startswith("kept ")]
+    assert len(kept) == 1 and Path(kept[0]).read_text() == "lab|111" and sha(Path(kept[0])) == want
+    assert Path(kept[0]).parent == backup and not list(backup.glob("*.tmp"))
+
+
+def test_adopt_refuses_a_file_changed_since_it_was_read(stubs, controller):
+    state, backup = controller
+    res = stubs.run(sh(cluster_id._ADOPT, state, backup / "clustername.111", "0" * 64, "lab|222"))
+    assert res.returncode == 3 and "changed since it was read" in res.stderr
+    assert state.read_text() == "lab|111" and not backup.exists()
+
+
+def restore(stubs, state: Path, kept: Path, kept_sha: str, conf: str):
+    slurm_conf = kept.parent / "slurm.conf"
+    slurm_conf.write_text(conf)
+    return stubs.run(sh(cluster_id._RESTORE, state, kept, kept_sha, slurm_conf))
+
+
+@pytest.fixture
+def adopted(controller):
+    """After an adoption: the state file says the DBD's id, the kept copy the old one."""
+    state, backup = controller
+    backup.mkdir()
+    kept = backup / "clustername.111.20231114T221320Z"
+    kept.write_text("lab|111")
+    state.write_text("lab|222")
+    return state, kept
+
+
+def test_restore_puts_the_kept_file_back_once_slurmdbd_is_gone(stubs, adopted):
+    state, kept = adopted
+    res = restore(stubs, state, kept, sha(kept), "ClusterName=lab\n")
+    assert res.returncode == 0, res.stderr
+    assert state.read_text() == "lab|111" and kept.exists()
+    assert stubs.calls() == []  # slurmctld takes it at its next start; nothing is restarted
+
+
+def test_restore_refuses_while_slurm_conf_still_uses_slurmdbd(stubs, adopted):
+    state, kept = adopted
+    res = restore(stubs, state, kept, sha(kept), "AccountingStorageType=accounting_storage/slurmdbd\n")
+    assert res.returncode == 5 and state.read_text() == "lab|222"
+
+
+def test_restore_refuses_a_kept_file_that_does_not_match_its_hash(stubs, adopted):
+    state, kept = adopted
+    res = restore(stubs, state, kept, "0" * 64, "ClusterName=lab\n")
+    assert res.returncode == 4 and state.read_text() == "lab|222"
+
+
+def test_restore_has_nothing_to_do_without_controller_state(stubs, adopted):
+    state, kept = adopted
+    res = restore(stubs, state.parent / "gone" / "clustername", kept, sha(kept), "")
+    assert res.returncode == 0 and "nothing to restore" in res.stdout
+
+
+# ---- accounting/scripts/history_backup.sh, history_restore.sh -------------------------------
+
+DB = "slurm_acct_db"
+# mariadb answers: $TABLES for the table count of a schema, and a database list without DB
+MARIADB = ('case "$*" in\n'
+           '  *"SELECT COUNT(*) FROM information_schema.tables"*) echo "${TABLES:-0}";;\n'
+           '  *"SHOW DATABASES"*) printf "mysql\\n${DATABASES:-}";;\n'
+           'esac')
+
+
+def run_history(stubs: Stubs, text: str, backup_dir: Path, **env: str):
+    stubs.add("mariadb", MARIADB)
+    stubs.add("mariadb-dump")
+    # as AccountingHistoryProvider runs them
+    return stubs.run(["bash", "-c", text, "bash", DB, backup_dir], **env)
+
+
+def test_backup_refuses_while_slurmdbd_still_runs(stubs, tmp_path):
+    stubs.add("systemctl", '[ "$1" = is-active ] && exit 0; exit 0')  # stop "works", still active
+    res = run_history(stubs, history._BACKUP, tmp_path / "b", DATABASES=f"{DB}\n")
+    assert res.returncode == 3
+    assert history.parse_lines(res.stdout)["refused"] == "slurmdbd is still running"
+    assert stubs.calls("systemctl") == ["systemctl stop slurmdbd.service",
+                                        "systemctl is-active -q slurmdbd.service"]
+    assert stubs.calls("mariadb") == [] and stubs.calls("mariadb-dump") == []
+    assert not (tmp_path / "b").exists()
+
+
+def test_backup_of_an_absent_database_dumps_and_drops_nothing(stubs, tmp_path):
+    stubs.add("systemctl", '[ "$1" = is-active ] && exit 3; exit 0')
+    res = run_history(stubs, history._BACKUP, tmp_path / "b")
+    assert res.returncode == 0 and "absent" in history.parse_lines(res.stdout)
+    assert stubs.calls("mariadb") == ["mariadb -N -B -e SHOW DATABASES"]
+    assert stubs.calls("mariadb-dump") == [] and not (tmp_path / "b").exists()
+
+
+def test_restore_keeps_a_database_that_has_tables(stubs, tmp_path):
+    res = run_history(stubs, history._RESTORE, tmp_path, TABLES="42")
+    assert res.returncode == 0 and history.parse_lines(res.stdout)["kept"] == f"{DB} has 42 tables"
+    assert len(stubs.calls("mariadb")) == 1  # the count, nothing written
+
+
+def test_restore_without_a_dump_starts_fresh(stubs, tmp_path):
+    (tmp_path / "other_db-20240101T000000Z.sql.gz").write_text("x")
+    res = run_history(stubs, history._RESTORE, tmp_path)
+    assert res.returncode == 0 and history.parse_lines(res.stdout)["fresh"] == f"no dump in {tmp_path}"
+
+
+def test_restore_takes_the_newest_dump_and_refuses_it_when_its_hash_differs(stubs, tmp_path):
+    for stamp in ("20250101T000000Z", "20240101T000000Z", "20231231T235959Z"):
+        dump = tmp_path / f"{DB}-{stamp}.sql.gz"
+        dump.write_bytes(b"not really gzip")
+        (tmp_path / f"{dump.name}.sha256").write_text(f"{sha(dump)}  {dump.name}\n")
+    newest = tmp_path / f"{DB}-20250101T000000Z.sql.gz"
+    (tmp_path / f"{newest.name}.sha256").write_text(f"{'0' * 64}  {newest.name}\n")
+    res = run_history(stubs, history._RESTORE, tmp_path)
+    assert res.returncode == 3
+    assert history.parse_lines(res.stdout)["refused"].startswith(f"{newest} has SHA-256 {sha(newest)}")
+    assert len(stubs.calls("mariadb")) == 1  # nothing imported, nothing dropped
