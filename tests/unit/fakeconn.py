@@ -83,4 +83,10 @@ def install(monkeypatch) -> FakeHosts:
 def recorded(outs: dict) -> dict:
     """Outputs as the engine records them and hands them back (None values dropped, numbers
     as floats): what the next read, diff or delete receives."""
-    return rpc.deserialize_properties(asyncio.run(rpc.serialize_properties(outs, {})))
+    # A loop of its own: asyncio.run would close the thread's current loop, which later
+    # tests (pulumi's mocks) still use.
+    loop = asyncio.new_event_loop()
+    try:
+        return rpc.deserialize_properties(loop.run_until_complete(rpc.serialize_properties(outs, {})))
+    finally:
+        loop.close()
