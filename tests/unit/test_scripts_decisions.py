@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 
 from components.layers.accounting import cluster_id, history
-from components.scripts import script
+from components.layers.accounting import component as accounting
+from components.layers.slurm import component as slurm_component
 from components.transport.command import sh
 
-ROOT = Path(__file__).resolve().parents[2]
-# Another change wires reconfigure.sh into slurm/component.py; the file is what runs.
-RECONFIGURE = script(str(ROOT / "components/layers/slurm/component.py"), "reconfigure.sh")
+RECONFIGURE = slurm_component._RECONFIGURE
 
 WRITTEN = datetime(2023, 11, 14, 22, 13, 20, tzinfo=timezone.utc)  # slurm.conf's mtime
 BEFORE, AFTER = WRITTEN - timedelta(minutes=5), WRITTEN + timedelta(minutes=5)
@@ -39,10 +38,11 @@ class Stubs:
         p.write_text(f'#!/bin/sh\necho "{name} $*" >> "$STUB_LOG"\n{body}\n')
         p.chmod(0o755)
 
-    def run(self, argv: list, **env: str) -> subprocess.CompletedProcess:
+    def run(self, argv: list, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess:
         full = {**os.environ, "PATH": f"{self.bin}:{os.environ['PATH']}", "STUB_LOG": str(self.log),
                 "TZ": "UTC", "LC_ALL": "C", **env}
-        return subprocess.run([str(a) for a in argv], env=full, capture_output=True, text=True, timeout=30)
+        return subprocess.run([str(a) for a in argv], env=full, capture_output=True, text=True,
+                              timeout=30, input=stdin)
 
     def calls(self, name: str = "") -> list[str]:
         return [c for c in self.log.read_text().splitlines() if c.split(" ", 1)[0] == name or not name]
@@ -256,3 +256,30 @@ def test_restore_takes_the_newest_dump_and_refuses_it_when_its_hash_differs(stub
     assert res.returncode == 3
     assert history.parse_lines(res.stdout)["refused"].startswith(f"{newest} has SHA-256 {sha(newest)}")
     assert len(stubs.calls("mariadb")) == 1  # nothing imported, nothing dropped
+
+
+# ---- accounting/scripts/db_user.sh -------------------------------------------------------
+
+def test_db_user_password_reaches_mariadb_only_as_hex_and_its_hash(stubs):
+    """No hand-made quoting: the password is sent hex-encoded to compute its hash, and the
+    users are created with that hash; quotes, `$(...)` and backslashes never reach SQL text."""
+    pw = "a'b\\$(touch /tmp/owned)\"c;DROP"
+    expected = "*" + hashlib.sha1(hashlib.sha1(pw.encode()).digest()).hexdigest().upper()
+    # the stub plays MariaDB: it records each SQL text it gets and answers the hash query
+    stubs.add("mariadb", 'sql=$(cat); printf "%s\\n--\\n" "$sql" >> "$STUB_SQL"\n'
+                         'case "$sql" in *SHA1*) echo "$STUB_HASH";; esac')
+    sql_log = stubs.log.with_name("sql.log")
+    res = stubs.run(sh(accounting._DB_USER, "slurm_acct_db", "slurm"), stdin=pw + "\n",
+                    STUB_SQL=str(sql_log), STUB_HASH=expected)
+    assert res.returncode == 0, res.stderr
+    first, second = sql_log.read_text().split("\n--\n")[:2]
+    assert pw.encode().hex() in first and pw not in first
+    assert pw not in second and "'" + expected + "'" in second
+    assert second.count("IDENTIFIED BY PASSWORD") == 4
+
+
+def test_db_user_refuses_an_unexpected_hash(stubs):
+    stubs.add("mariadb", 'cat >/dev/null; echo "ERROR 1064"')
+    res = stubs.run(sh(accounting._DB_USER, "db", "u"), stdin="pw\n")
+    assert res.returncode != 0 and "unexpected password hash" in res.stderr
+    assert len(stubs.calls("mariadb")) == 1

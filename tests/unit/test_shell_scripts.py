@@ -14,15 +14,6 @@ from components.scripts import script
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Modules whose module-level shell constants are still to be replaced by the .sh files
-# already beside them (being rewritten by another change: slurm/scripts/reconfigure.sh,
-# accounting/scripts/db_user.sh and check.sh wait there). Remove each entry once its
-# module loads them; the test below says when.
-NOT_YET_WIRED = {
-    "components/layers/slurm/component.py",
-    "components/layers/accounting/component.py",
-}
-
 SHELL_CONSTANT = re.compile(r'^_[A-Z_]+ = r?"""', re.M)
 SHEBANGS = ("#!/bin/sh", "#!/bin/bash")
 
@@ -76,11 +67,9 @@ def test_no_module_holds_a_shell_script():
         found = SHELL_CONSTANT.findall(py.read_text())
         if found:
             held[rel] = found
-    assert set(held) - NOT_YET_WIRED == set(), \
+    assert held == {}, \
         f"module-level shell scripts (move each to scripts/<name>.sh and load it with " \
         f"components.scripts.script): {held}"
-    for rel in NOT_YET_WIRED:
-        assert rel in held, f"{rel} holds no shell constant any more: remove it from NOT_YET_WIRED"
 
 
 def test_the_loader_sends_the_text_after_the_header_and_reads_once(tmp_path):

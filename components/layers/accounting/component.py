@@ -36,6 +36,7 @@ from .cluster_id import ClusterIdAdoption
 from ...config import FleetConfig
 from ...errors import FleetError
 from ...hosts import conn_input
+from ...scripts import script
 from ...providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
 from ...providers.base import Props, RolloutCheck, target_of
 from ..slurm.render import HEADER
@@ -86,43 +87,10 @@ def render_slurmrestd_unit(cfg: FleetConfig) -> str:
         "Restart=on-failure\nNoNewPrivileges=yes\n\n[Install]\nWantedBy=multi-user.target\n")
 
 
-# $1 database, $2 user; the password arrives on stdin (never in argv or a log).
-_DB_USER = r"""
-set -eu
-IFS= read -r pw
-esc=$(printf '%s' "$pw" | sed "s/'/''/g")
-mariadb -u root <<SQL
-CREATE DATABASE IF NOT EXISTS \`$1\`;
-CREATE USER IF NOT EXISTS '$2'@'localhost' IDENTIFIED BY '$esc';
-ALTER USER '$2'@'localhost' IDENTIFIED BY '$esc';
-GRANT ALL PRIVILEGES ON \`$1\`.* TO '$2'@'localhost';
-CREATE USER IF NOT EXISTS '$2'@'127.0.0.1' IDENTIFIED BY '$esc';
-ALTER USER '$2'@'127.0.0.1' IDENTIFIED BY '$esc';
-GRANT ALL PRIVILEGES ON \`$1\`.* TO '$2'@'127.0.0.1';
-SQL
-"""
-
-# Listening sockets from the kernel: MariaDB loopback-only, slurmrestd on no TCP port;
-# then slurmrestd answers on its socket with a token minted here (it never leaves the host).
-_CHECK = r"""
-sock="$1"; user="$2"
-echo "== listen"
-ss -Hltnp 2>/dev/null | awk '{print $4, $6}'
-echo "== restd"
-tok=$(runuser -u "$user" -- scontrol token lifespan=60 2>/dev/null | sed -n 's/^SLURM_JWT=//p')
-if [ -z "$tok" ]; then echo "status notoken"; exit 0; fi
-code=$(SOCK="$sock" RUSER="$user" TOK="$tok" python3 -c '
-import os, socket
-for v in ("v0.0.38", "v0.0.40", "v0.0.41", "v0.0.42"):  # 22.05 serves up to .38, 24.11 from .40
-    s = socket.socket(socket.AF_UNIX); s.settimeout(10); s.connect(os.environ["SOCK"])
-    s.sendall(("GET /slurm/%s/ping HTTP/1.0\r\nX-SLURM-USER-NAME: %s\r\nX-SLURM-USER-TOKEN: %s\r\n\r\n"
-               % (v, os.environ["RUSER"], os.environ["TOK"])).encode())
-    code = s.recv(64).split(b" ")[1].decode()
-    if code != "404":
-        break
-print(code)' 2>&1 | tail -n1)
-echo "status $code"
-"""
+# The DB user's password on stdin, never in argv, and never quoted by hand (db_user.sh).
+_DB_USER = script(__file__, "db_user.sh")
+# MariaDB loopback-only, slurmrestd on no TCP port, and answering on its socket.
+_CHECK = script(__file__, "check.sh")
 
 
 def judge_accounting(stdout: str) -> tuple[dict, list[str]]:

@@ -31,7 +31,7 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvide
 from pulumi.dynamic import Resource
 
 from ...errors import FleetError
-from ...providers.base import Props, _entry, target_of
+from ...providers.base import Props, _entry, conn_change, target_of
 from ...scripts import script
 from ...transport import connection
 
@@ -76,9 +76,12 @@ class AccountingHistoryProvider(ResourceProvider):
     @_entry
     def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
         moved = [k for k in ("database", "backup_dir") if olds.get(k) != news.get(k)]
-        if olds.get("conn", {}).get("name") != news["conn"]["name"]:
+        # its delete dumps and drops the database where it was recorded: never another address
+        conn = conn_change("AccountingHistory", _id, olds, news)
+        if conn == "replace":
             moved.append("conn")
-        return DiffResult(changes=bool(moved), replaces=moved, stables=[], delete_before_replace=True)
+        return DiffResult(changes=bool(moved) or conn == "update", replaces=moved, stables=[],
+                          delete_before_replace=True)
 
     def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
         return UpdateResult(outs={**olds, **news})

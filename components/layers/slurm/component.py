@@ -27,6 +27,7 @@ from typing import Optional, Sequence
 from ...admission import Admission
 from ...config import FleetConfig, HostSpec
 from ...hosts import conn_input
+from ...scripts import script
 from ...providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
 from ..acceptance.gate import JobSpec
 from .packages import SlurmPackages
@@ -34,31 +35,8 @@ from .render import SLURM_ETC, render_cgroup_conf, render_gres_conf, render_slur
 from .validate import validate_argv
 
 
-# Reconfigure only daemons that started before the current slurm.conf was written. One that
-# started after it already runs this config, and a needless `scontrol reconfigure` right
-# before the canary races its launch: in Slurm 22.05 a step launched while slurmd reloads
-# (with accounting, slurmd repacks the TRES list it hands to slurmstepd) can get a broken
-# I/O init message (`srun: io_init_msg_unpack: unpack error`) although the task ran.
-# After a real reconfigure, wait for the controller's agent to deliver it to every slurmd
-# and give each a moment to reload: 22.05 reports no end of a slurmd reload.
-_RECONFIGURE = r"""
-set -eu
-written=$(stat -c %Y -- "$1")
-oldest=$(date -d "$(systemctl show -p ActiveEnterTimestamp --value slurmctld.service)" +%s)
-for t in $(scontrol show node -o | grep -o 'SlurmdStartTime=[^ ]*' | cut -d= -f2); do
-  s=$(date -d "$t" +%s 2>/dev/null) || continue
-  [ "$s" -lt "$oldest" ] && oldest=$s
-done
-if [ "$oldest" -gt "$written" ]; then
-  echo "slurmctld and every slurmd started after $1 was written: nothing to reconfigure"; exit 0
-fi
-scontrol reconfigure
-for i in $(seq 30); do
-  [ "$(sdiag | awk -F: '/Agent queue size/ {gsub(/ /, "", $2); print $2; exit}')" = 0 ] && break
-  sleep 1
-done
-sleep 2
-"""
+# Reconfigure only daemons older than the current slurm.conf (why: the script's header).
+_RECONFIGURE = script(__file__, "reconfigure.sh")
 
 
 def _sha(text: str) -> str:
