@@ -39,7 +39,7 @@ _DB_PASSWORD_REFUSED = (
     (r"\s", "white space (slurmdbd.conf ends an unquoted value there)"),
     (r"#", "'#' (slurmdbd.conf reads the rest of the line as a comment)"),
     (r'"', "'\"' (slurmdbd.conf reads it as quoting)"),
-    (r"\\", "'\\' (MariaDB reads it as an escape in the SQL string that sets the password)"),
+    (r"\\", "'\\' (Slurm's config parser strips it as an escape, so slurmdbd would read another password)"),
 )
 
 
