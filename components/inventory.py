@@ -2,7 +2,8 @@
 
 This is the root every layer hangs its per-host resources from, so a preview
 shows which hosts a stack manages and which it leaves alone (nodes owned by
-K3s and not retired, unreachable nodes kept pending).
+K3s, which nothing hands over until the K3s retirement layer exists, and
+unreachable nodes kept pending).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ read. They encode the seed's four contracts:
   - identity: auth/munge + cred/munge;
   - operations: sched/backfill, ReturnToService, DisableRootJobs=YES.
 Only nodes that are members of a partition get a NodeName line: nodes owned by
-K3s (not retired) or unreachable are never added.
+K3s or unreachable are never added (components/admission.py).
 """
 
 from __future__ import annotations
