@@ -39,7 +39,6 @@ SECRET_KEYS = frozenset({"munge_key", "db_password", "jwt_key"})
 #: A section for one of them is an error (it would do nothing); landing a layer removes its
 #: line here and adds its model to FleetConfig.
 NOT_BUILT = {
-    "storage": "the storage layer (ZFS datasets and their NFS exports)",
     "k3s_retirement": "the K3s retirement layer",
     "web": "the web view",
     "model_snapshot": "the model snapshot layer",
@@ -147,6 +146,11 @@ SqlName = _checked("a database identifier: letters, digits and '_' (at most 32 c
 SlurmTime = _checked("a Slurm time limit: minutes, minutes:seconds, hours:minutes:seconds, "
                      "days-hours, days-hours:minutes, days-hours:minutes:seconds, INFINITE or UNLIMITED",
                      r"INFINITE|UNLIMITED|[0-9]{1,9}(:[0-9]{1,2}){0,2}|[0-9]{1,9}-[0-9]{1,2}(:[0-9]{1,2}){0,2}")
+ZfsName = _checked("a ZFS pool or dataset name: pool[/child...], each part a letter or digit, then "
+                   "letters, digits and _ - . : (ai/models)",
+                   r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}(/[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}){0,8}")
+DirName = _checked("a directory name: letters, digits and _ - . (not '.' or '..')",
+                   r"(?!\.\.?$)[A-Za-z0-9_.-]{1,64}")
 Text = _checked("printable text on one line (at most 200 characters, no control characters)",
                 lambda v: 0 < len(v) <= 200 and v.isprintable())
 
@@ -318,6 +322,40 @@ class AccountingLayer(_Strict):
     dbd_clients: list[IPvAnyNetwork] = Field(default_factory=list)
 
 
+class StoreSpec(_Strict):
+    """One dataset with one duty: where it is mounted on the storage host (and exported from)
+    and where every Slurm node mounts it."""
+
+    dataset: ZfsName
+    mountpoint: RemotePath
+    client_mount: RemotePath
+
+
+class StorageLayer(_Strict):
+    """ZFS datasets with separate duties (models read-only, data read-write) on the storage
+    host, exported over NFS to the client network and mounted on every Slurm node.
+
+    The pool is the admin's: the layer checks it is imported and healthy, never creates or
+    destroys it. `server`: `kernel` (nfsd, /etc/exports.d) on a real fleet, `ganesha`
+    (nfs-ganesha, FSAL VFS) where the kernel has no nfsd (the lab). `client`: `kernel` NFS
+    mounts on a real fleet; `fuse-libnfs` is a TEST DOUBLE of the kernel client (a FUSE
+    filesystem over libnfs, speaking real NFS to the real server) for kernels without one."""
+
+    enabled: bool = False
+    pool: ZfsName = "ai"
+    models: StoreSpec = StoreSpec(dataset="ai/models", mountpoint="/srv/ai/models",
+                                  client_mount="/mnt/models")
+    data: StoreSpec = StoreSpec(dataset="ai/data", mountpoint="/srv/ai/data", client_mount="/mnt/data")
+    #: directories the data dataset always has (job roots, inputs, outputs)
+    data_dirs: list[DirName] = Field(default_factory=lambda: ["jobs", "inputs", "outputs"], min_length=1)
+    #: who may mount: the compute network (never everyone)
+    clients: Optional[IPvAnyNetwork] = None
+    server: Literal["kernel", "ganesha"] = "kernel"
+    client: Literal["kernel", "fuse-libnfs"] = "kernel"
+    zfs_version: Optional[DebianVersion] = None
+    server_version: Optional[DebianVersion] = None
+
+
 class AcceptanceLayer(_Strict):
     enabled: bool = True
     job_timeout_s: int = Field(300, ge=10)
@@ -330,6 +368,7 @@ class FleetConfig(_Strict):
     ssh: SshSpec = SshSpec()
     hosts: Hosts
     nodes: list[NodeSpec] = Field(min_length=1)
+    storage: StorageLayer = StorageLayer()
     gpu_runtime: GpuRuntimeLayer = GpuRuntimeLayer()
     slurm: SlurmLayer = SlurmLayer()
     accounting: AccountingLayer = AccountingLayer()
@@ -464,6 +503,43 @@ def _cross_check(cfg: FleetConfig) -> list[str]:
                     f"{PROJECT}:nodes[{i}] ({n.name}).address: {n.address!r} is a DNS name, so "
                     "slurmdbd's firewall cannot admit it by address; list the compute network in "
                     "accounting.dbd_clients")
+    problems += _storage_check(cfg)
+    return problems
+
+
+def _storage_check(cfg: FleetConfig) -> list[str]:
+    """The storage layer's rules: datasets in the pool, separate duties, a client network
+    that holds every Slurm node and not everyone."""
+    st = cfg.storage
+    if not st.enabled:
+        return []
+    where = f"{PROJECT}:storage"
+    problems = []
+    for duty in ("models", "data"):
+        spec = getattr(st, duty)
+        if not spec.dataset.startswith(st.pool + "/"):
+            problems.append(f"{where}.{duty}.dataset: {spec.dataset!r} is not a dataset of the pool "
+                            f"{st.pool!r} (storage.pool)")
+    m, d = st.models, st.data
+    for field, a, b in (("dataset", m.dataset, d.dataset), ("mountpoint", m.mountpoint, d.mountpoint),
+                        ("client_mount", m.client_mount, d.client_mount)):
+        pa, pb = PurePosixPath(a), PurePosixPath(b)
+        if pa == pb or pa in pb.parents or pb in pa.parents:
+            problems.append(f"{where}.data.{field}: {b!r} and storage.models.{field} {a!r} overlap; "
+                            "models (read-only) and data (read-write) need separate places")
+    if len(set(st.data_dirs)) != len(st.data_dirs):
+        problems.append(f"{where}.data_dirs: a directory is listed twice")
+    if st.clients is None:
+        problems.append(f"{where}.clients: required: the network that may mount the exports "
+                        "(the compute network's CIDR)")
+        return problems
+    if st.clients.prefixlen == 0:
+        problems.append(f"{where}.clients: {st.clients} is every address; give the compute network")
+    for i, n in enumerate(cfg.nodes):
+        if n in cfg.slurm_nodes() and _is_ip(n.address) and \
+                ipaddress.ip_address(n.address) not in st.clients:
+            problems.append(f"{PROJECT}:nodes[{i}] ({n.name}).address: {n.address} is outside "
+                            f"storage.clients ({st.clients}), so it could not mount the store")
     return problems
 
 

@@ -212,7 +212,6 @@ def test_accounting_backups_must_live_outside_the_datadir(fleet14_config):
 # ---- layers not built: a section is an error, never a no-op -----------------------------------
 
 NOT_BUILT_SECTIONS = {
-    "storage": {"enabled": True, "pool": "ai", "export_clients": "192.0.2.0/24"},
     "web": {"enabled": True, "listen_address": "0.0.0.0"},
     "k3s_retirement": {"enabled": True, "retire": ["gpu01"]},
     "model_snapshot": {"repo_id": "org/model", "revision": "main"},
