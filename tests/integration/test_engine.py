@@ -7,6 +7,7 @@ import re
 import pytest
 import yaml
 
+from tests.conftest import fleet14
 from tests.pulumi_cli import ROOT, pinned_versions
 
 
@@ -20,14 +21,22 @@ def test_python_sdk_pin_matches_exec_script():
     assert pinned_versions()["PYTHON_SDK_VERSION"] == f"v{sdk}"
 
 
+def write_fleet14(project) -> str:
+    """The full fleet once K3s retirement has handed its nodes over (tests/conftest.fleet14)."""
+    project.write_stack("fleet14", yaml.safe_dump({"config": fleet14()}))
+    return "fleet14"
+
+
 @pytest.mark.parametrize(
     "stack,hosts",
     [
         ("canary", {"storage", "gpu01"}),
-        ("full", {"storage"} | {f"gpu{i:02d}" for i in range(1, 16)}),
+        ("fleet14", {"storage"} | {f"gpu{i:02d}" for i in range(1, 16)}),
     ],
 )
 def test_stack_previews_offline(project, stack, hosts):
+    if stack == "fleet14":
+        write_fleet14(project)
     project.init_stack(stack)
     out = project.preview_json(stack)
     steps = out["steps"]
@@ -42,16 +51,30 @@ def test_stack_previews_offline(project, stack, hosts):
     assert parents == {"inventory"}
 
 
-def test_full_stack_summary_output(project):
-    project.init_stack("full")
-    text = project.run("preview", "--stack", "full", "--diff").stdout
+def test_full_fleet_summary_output(project):
+    project.init_stack(write_fleet14(project))
+    text = project.run("preview", "--stack", "fleet14", "--diff").stdout
     assert re.search(r"slurm_gpus\s*:\s*112", text), text
     assert re.search(r"slurm_memory_mib\s*:\s*2576000", text), text
 
 
+def test_full_stack_is_refused_before_any_resource_until_k3s_retirement_lands(project):
+    """The committed full stack puts 12 K3s nodes in Slurm; nothing hands them over yet."""
+    project.init_stack("full")
+    p = project.run("preview", "--stack", "full", check=False)
+    text = p.stdout + p.stderr
+    assert p.returncode != 0 and "Traceback" not in text
+    assert "gpu-fleet:index:Fleet" not in text
+    assert ("stacks/Pulumi.full.yaml: gpu-fleet:k3s_retirement: the K3s retirement layer is not "
+            "built yet") in text
+    for i in range(2, 14):
+        assert (f"stacks/Pulumi.full.yaml: gpu-fleet:slurm.partitions[0] (v100).nodes[{i}]: node "
+                f"'gpu{i + 1:02d}' is owned by k3s: K3s still runs it") in text
+
+
 def failed_preview(project, stack: str, mutate) -> str:
     """Preview a copy of the full stack changed by `mutate`; it must fail. Returns its output."""
-    raw = yaml.safe_load((ROOT / "stacks" / "Pulumi.full.yaml").read_text())
+    raw = {"config": fleet14()}
     mutate(raw["config"])
     project.write_stack(stack, yaml.safe_dump(raw))
     project.init_stack(stack)
