@@ -11,7 +11,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from . import exposure, hosts, identities, packages, relax, secrets, slurm
+from . import exposure, hosts, identities, packages, relax, secrets, slurm, storage
 
 PACK_NAME = "gpu-fleet"
 
@@ -62,6 +62,24 @@ _SPECS = [
     ("slurmrestd-unix-socket-only", "resource",
      "slurmrestd listens on a Unix socket only, never on a TCP port.",
      exposure.validate_slurmrestd_unix_socket, Severity.HIGH),
+    ("storage-exports-declared-datasets", "resource",
+     "Every NFS export's path is the mountpoint of a dataset the stack declares (gpu-fleet:storage).",
+     storage.validate_export_paths, Severity.HIGH),
+    ("storage-models-export-read-only", "resource",
+     "The models store is exported read-only to every client.",
+     storage.validate_models_export_readonly, Severity.HIGH),
+    ("storage-exports-root-squash", "resource",
+     "No NFS export lets a client's root act as root (no no_root_squash, no anonymous uid 0).",
+     storage.validate_export_root_squash, Severity.HIGH),
+    ("storage-exports-no-world-clients", "resource",
+     "No NFS export is open to everyone (*, a /0 network, or an export without a client).",
+     storage.validate_export_clients, Severity.HIGH),
+    ("storage-zfs-sharenfs-off", "resource",
+     "Every dataset of the storage layer sets sharenfs=off: the layer owns the exports, ZFS never shares.",
+     storage.validate_sharenfs_off, Severity.MEDIUM),
+    ("storage-models-mount-read-only", "resource",
+     "Every mount unit of the models store mounts it ro.",
+     storage.validate_models_mount_readonly, Severity.HIGH),
     ("hosts-slurm-membership", "stack",
      "No K3s-owned or unreachable node is in a Slurm partition (no layer hands a K3s node over yet).",
      hosts.validate_slurm_membership, Severity.HIGH),
