@@ -24,6 +24,8 @@ except FleetError as e:
 fleet = Fleet(stack, cfg, Path(__file__).resolve().parent, secrets)
 pulumi.export("summary", fleet.summary)
 pulumi.export("admission", fleet.admission.output())
+if fleet.storage is not None:
+    pulumi.export("storage", fleet.storage.output())
 if fleet.gpu is not None:
     pulumi.export("gpu", fleet.gpu.output())
 if fleet.slurm is not None:

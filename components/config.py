@@ -149,6 +149,8 @@ SlurmTime = _checked("a Slurm time limit: minutes, minutes:seconds, hours:minute
 ZfsName = _checked("a ZFS pool or dataset name: pool[/child...], each part a letter or digit, then "
                    "letters, digits and _ - . : (ai/models)",
                    r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}(/[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}){0,8}")
+PackageName = _checked("a Debian package name: a lowercase letter or digit, then lowercase letters, "
+                       "digits and + - . (nfs-ganesha)", r"[a-z0-9][a-z0-9+.-]{1,99}")
 DirName = _checked("a directory name: letters, digits and _ - . (not '.' or '..')",
                    r"(?!\.\.?$)[A-Za-z0-9_.-]{1,64}")
 Text = _checked("printable text on one line (at most 200 characters, no control characters)",
@@ -352,8 +354,11 @@ class StorageLayer(_Strict):
     clients: Optional[IPvAnyNetwork] = None
     server: Literal["kernel", "ganesha"] = "kernel"
     client: Literal["kernel", "fuse-libnfs"] = "kernel"
-    zfs_version: Optional[DebianVersion] = None
-    server_version: Optional[DebianVersion] = None
+    #: exact Debian packages of the NFS server on the storage host (nfs-kernel-server, or
+    #: nfs-ganesha + nfs-ganesha-vfs), installed and held; empty: the host already has it
+    server_packages: dict[PackageName, DebianVersion] = Field(default_factory=dict)
+    #: exact packages every node needs to mount (nfs-common; the lab's FUSE double's libraries)
+    client_packages: dict[PackageName, DebianVersion] = Field(default_factory=dict)
 
 
 class AcceptanceLayer(_Strict):

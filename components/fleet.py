@@ -26,9 +26,11 @@ from .admission import Admission, admit
 from .config import FleetConfig
 from .inventory import Inventory, fleet_summary
 from .layers.acceptance.component import Acceptance, AcceptanceInputs
+from .layers.acceptance.gate import JobPaths
 from .layers.accounting.component import Accounting, AccountingInputs
 from .layers.gpu_runtime.component import GpuRuntime, GpuRuntimeInputs
 from .layers.slurm.component import SlurmCluster, SlurmInputs
+from .layers.storage.component import Storage, StorageInputs
 
 
 @dataclass(frozen=True)
@@ -53,8 +55,14 @@ class Fleet(pulumi.ComponentResource):
         self.inventory = Inventory(cfg, child)
         self.summary = fleet_summary(cfg)
 
-        self.gpu = None
+        self.storage = None
         gates = []
+        job_paths = JobPaths()
+        if cfg.storage.enabled:
+            self.storage = Storage(StorageInputs(cfg, root), child).outputs
+            gates.append(self.storage.gate)
+            job_paths = self.storage.job_paths
+        self.gpu = None
         if cfg.gpu_runtime.enabled:
             self.gpu = GpuRuntime.for_stack(GpuRuntimeInputs(cfg, root), opts=child).outputs
             gates.append(self.gpu.gate)
@@ -68,7 +76,7 @@ class Fleet(pulumi.ComponentResource):
                       and secrets.jwt_key is not None)
         controller_gate, hand_over = pulumi.deferred_output()
         self.slurm = SlurmCluster(SlurmInputs(
-            cfg, root, secrets.munge_key, self.admission, controller_gate, accounting), child).outputs
+            cfg, root, secrets.munge_key, self.admission, controller_gate, accounting, job_paths), child).outputs
         after = [self.slurm.reconfigured]
         if accounting:
             self.accounting = Accounting(AccountingInputs(
@@ -79,5 +87,5 @@ class Fleet(pulumi.ComponentResource):
         else:
             hand_over(pulumi.Output.from_input([]))
         self.acceptance = Acceptance(AcceptanceInputs(
-            cfg, root, self.slurm.admitted, after, self.slurm.triggers, accounting), child).outputs
+            cfg, root, self.slurm.admitted, after, self.slurm.triggers, accounting, job_paths), child).outputs
         self.register_outputs({"summary": self.summary})

@@ -50,3 +50,16 @@ def script_path(module_file: str, name: str) -> Path:
 def script(module_file: str, name: str) -> str:
     """The runnable text of `scripts/<name>` beside `module_file` (pass `__file__`), read once."""
     return _load(script_path(module_file, name))
+
+
+def sections(stdout: str) -> dict[str, str]:
+    """A probe's output split at its `== <name>` lines: name -> the text under it."""
+    out: dict[str, list[str]] = {}
+    current = None
+    for line in stdout.splitlines():
+        if line.startswith("== "):
+            current = line[3:].strip()
+            out[current] = []
+        elif current is not None:
+            out[current].append(line)
+    return {k: "\n".join(v) for k, v in out.items()}

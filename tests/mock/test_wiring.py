@@ -39,6 +39,7 @@ class Graph(pulumi.runtime.Mocks):
         self.deps: dict[str, set[str]] = {}   # name -> names it explicitly depends on
         self.chain: dict[str, str] = {}       # name -> the URN's type chain
         self.inputs: dict[str, dict] = {}
+        self.chains: set[str] = set()  # every URN's type chain (names may repeat across types)
         self._by_urn: dict[str, str] = {}
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
@@ -55,6 +56,7 @@ class Graph(pulumi.runtime.Mocks):
     def record(self, request, urn: str) -> None:
         self._by_urn[urn] = request.name
         self.chain[request.name] = urn.split("::")[2]
+        self.chains.add(urn.split("::")[2])
         self.deps[request.name] = {self._by_urn.get(d, d) for d in request.dependencies}
 
     def before(self, first: str, then: str) -> bool:
@@ -199,3 +201,47 @@ def test_admission_refuses_a_node_the_gpu_gate_failed_and_says_why(graph):
         assert out == {"admitted": ["gpu01", "gpu02", "gpu03"], "refused": {}}
 
     return fleet.admission.output().apply(check)
+
+
+STORAGE = {"enabled": True, "clients": "192.0.2.0/24", "server": "ganesha", "client": "fuse-libnfs",
+           "server_packages": {"nfs-ganesha": "4.3-2"}}
+
+
+@pytest.fixture
+def stored_graph(graph):
+    """The mock returns the client check's verdicts: gpu03's mounts failed."""
+    new_resource = graph.new_resource
+
+    def with_clients(args):
+        rid, state = new_resource(args)
+        if args.typ == "pulumi-python:dynamic/storage:ClientCheck":
+            state.update(passed=["gpu01", "gpu02"], reasons={"gpu03": ["/mnt/data is not mounted"]})
+        return rid, state
+
+    graph.new_resource = with_clients
+    return graph
+
+
+@pulumi.runtime.test
+def test_storage_comes_first_and_gates_admission(stored_graph):
+    g = stored_graph
+    fleet = build({**RAW, "gpu-fleet:storage": STORAGE})
+
+    def check(out):
+        assert "gpu-fleet:index:Fleet$gpu-fleet:storage:Storage" in g.chains
+        # datasets, then the server, then what it exports, then the mounts, then the client check
+        assert g.before("storage-datasets", "storage-server-packages")
+        assert g.before("storage-mounted-check", "storage-nfs-server")
+        assert g.before("storage-ganesha-conf", "storage-nfs-server")
+        assert g.before("storage-nfs-server", "storage-exports")
+        for h in ("gpu01", "gpu02", "gpu03"):
+            for d in ("models", "data"):
+                assert g.before("storage-exports", f"{h}-{d}-mount")
+                assert g.before(f"{h}-{d}-mount", "storage-clients")
+        assert out == {"admitted": ["gpu01", "gpu02"], "refused": {"gpu03": "storage: /mnt/data is not mounted"}}
+        job = g.inputs["canary-acceptance"]
+        assert (job["marker"], job["job_root"], job["readonly_probe"]) == \
+            ("/mnt/models/.gpu-fleet-store", "/mnt/data/jobs", "/mnt/models")
+        assert g.inputs["canary-first"]["job_root"] == "/mnt/data/jobs"
+
+    return pulumi.Output.all(fleet.admission.output(), fleet.acceptance.canary.urn).apply(lambda t: check(t[0]))

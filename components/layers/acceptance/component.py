@@ -18,7 +18,7 @@ from typing import Mapping, Optional, Sequence
 import pulumi
 
 from ...config import FleetConfig
-from .gate import JobSpec
+from .gate import JobPaths, JobSpec
 from .job import CanaryJob
 
 
@@ -32,6 +32,8 @@ class AcceptanceInputs:
     #: hashes of what the Slurm layer applied; a change re-runs the job
     triggers: Mapping[str, pulumi.Input]
     accounting: bool
+    #: the store's marker, job root and read-only mount (storage layer), else /tmp only
+    job_paths: JobPaths = JobPaths()
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class Acceptance(pulumi.ComponentResource):
         cfg = inputs.cfg
         canary = None
         if cfg.acceptance.enabled and any(n.gpus for n in cfg.slurm_nodes()):
-            spec = JobSpec(cfg, inputs.root, inputs.accounting)
+            spec = JobSpec(cfg, inputs.root, inputs.accounting, inputs.job_paths)
             canary = spec.job("canary-acceptance", inputs.admitted.apply(lambda a: pick_canary(cfg, a)),
                               inputs.admitted, {**inputs.triggers, "admitted": inputs.admitted},
                               after=inputs.after, open_partitions=True, parent=self)

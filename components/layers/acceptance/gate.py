@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, Optional, Sequence
 
 import pulumi
 
@@ -16,12 +16,24 @@ from .job import CanaryJob
 
 
 @dataclass(frozen=True)
+class JobPaths:
+    """What the job reads, writes and must fail to write: without the storage layer, a job
+    root in /tmp and nothing else; with it, the store's marker, its job root and the
+    read-only model mount (the storage layer's outputs)."""
+
+    marker: Optional[str] = None
+    job_root: str = "/tmp"
+    readonly_probe: Optional[str] = None
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """Where and how the job runs, the same for every acceptance run of a stack."""
 
     cfg: FleetConfig
     root: Path
     accounting: bool
+    paths: JobPaths = JobPaths()
 
     def job(self, name: str, node: pulumi.Output[str], on: pulumi.Output[list], triggers: Mapping,
             after: Sequence[pulumi.Resource], open_partitions: bool,
@@ -36,6 +48,7 @@ class JobSpec:
             user=s.canary_user, nodes=on,
             partitions=[p.name for p in s.partitions], partition=ACCEPTANCE_PARTITION,
             node_conns=on.apply(lambda ns: [conn_input(by_name[n], cfg.ssh, self.root) for n in ns]),
-            accounting=self.accounting, open_partitions=open_partitions, job_root="/tmp", marker=None,
+            accounting=self.accounting, open_partitions=open_partitions, job_root=self.paths.job_root,
+            marker=self.paths.marker, readonly_probe=self.paths.readonly_probe,
             timeout_s=cfg.acceptance.job_timeout_s, triggers=dict(triggers),
             opts=pulumi.ResourceOptions(parent=parent, depends_on=list(after)))

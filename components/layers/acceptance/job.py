@@ -41,7 +41,7 @@ def parse_job(stdout: str) -> dict[str, str]:
     out = {}
     for line in stdout.splitlines():
         k, sep, v = line.partition("=")
-        if sep and k in ("job", "node", "cvd", "cgroup", "marker", "jobroot", "rc"):
+        if sep and k in ("job", "node", "cvd", "cgroup", "marker", "jobroot", "rowrite", "rc"):
             out[k] = v.strip()
     return out
 
@@ -53,7 +53,7 @@ def parse_gres_used(scontrol_node: str) -> Optional[int]:
 
 
 def judge(job: dict[str, str], rc: int, gpus_on_node: int, gres_used_after: Optional[int],
-          marker_expected: bool) -> list[str]:
+          marker_expected: bool, readonly_expected: bool = False) -> list[str]:
     """Every failed check, as a sentence naming what was seen (pure)."""
     fails = []
     if rc != 0:
@@ -70,6 +70,8 @@ def judge(job: dict[str, str], rc: int, gpus_on_node: int, gres_used_after: Opti
         fails.append(f"the model marker is {job.get('marker', 'not checked')}")
     if job.get("jobroot") != "ok":
         fails.append("the job root is not writable or the probe file was not cleaned up")
+    if readonly_expected and job.get("rowrite") != "refused":
+        fails.append(f"a write into the read-only model store was {job.get('rowrite', 'not tried')}")
     if gres_used_after is None:
         fails.append("the node's GPU use after the job could not be read (scontrol show node)")
     elif gres_used_after != 0:
@@ -90,8 +92,8 @@ def judge_sacct(alloc_tres: str, gpu_type: str) -> list[str]:
 class CanaryJobProvider(RolloutCheck):
     """Runs the acceptance on every rollout (a job is an action, not a probe)."""
 
-    rerun_on = ("triggers", "node", "user", "marker", "job_root", "partitions", "partition", "nodes",
-                "gpu_type")
+    rerun_on = ("triggers", "node", "user", "marker", "job_root", "readonly_probe", "partitions", "partition",
+                "nodes", "gpu_type")
 
     def key(self, props: Props) -> str:
         return f"canary:{props['node']}"
@@ -121,13 +123,14 @@ class CanaryJobProvider(RolloutCheck):
                     "srun", f"--partition={props['partition']}", "-N1", "-n1",
                     f"--nodelist={props['node']}", f"--gres=gpu:{props['gpu_type']}:1",
                     "--mem=100", "--time=2", "--job-name=gpu-fleet-canary",
-                    *sh(_JOB, props.get("marker") or "", props["job_root"])]
+                    *sh(_JOB, props.get("marker") or "", props["job_root"], props.get("readonly_probe") or "")]
         res = conn.run(["sh", "-c", 'cd /tmp && "$@"; echo "rc=$?"', "sh", *job_argv],
                        mutating=True, check=False, timeout=timeout + 30)
         job = parse_job(res.stdout)
         rc = int(job.get("rc", "255"))
         node = conn.run(["scontrol", "-d", "show", "node", "-o", props["node"]], mutating=False, check=False)
-        fails = judge(job, rc, int(props["gpus"]), parse_gres_used(node.stdout), bool(props.get("marker")))
+        fails = judge(job, rc, int(props["gpus"]), parse_gres_used(node.stdout), bool(props.get("marker")),
+                      bool(props.get("readonly_probe")))
         if fails:
             self._partitions(conn, props, "INACTIVE")
             raise FleetError(
@@ -180,7 +183,7 @@ class CanaryJob(Resource, module="slurm", name="CanaryJob"):
                  partitions: list[str], partition: str, job_root: str,
                  triggers: pulumi.Input[dict], node_conns: Optional[pulumi.Input[list[dict]]] = None,
                  accounting: bool = False, open_partitions: bool = True,
-                 marker: Optional[str] = None, timeout_s: int = 120,
+                 marker: Optional[str] = None, readonly_probe: Optional[str] = None, timeout_s: int = 120,
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__(
             CanaryJobProvider(), name,
@@ -188,7 +191,7 @@ class CanaryJob(Resource, module="slurm", name="CanaryJob"):
              "nodes": nodes, "partitions": partitions, "partition": partition, "job_root": job_root,
              "node_conns": node_conns or [], "accounting": accounting,
              "open_partitions": open_partitions,
-             "marker": marker,
+             "marker": marker, "readonly_probe": readonly_probe,
              "timeout_s": timeout_s, "triggers": triggers, "passed": None, "job_id": None,
              "cuda_visible_devices": None, "cgroup": None, "nodes_ready": None},
             opts,

@@ -29,7 +29,7 @@ from ...config import FleetConfig, HostSpec
 from ...hosts import conn_input
 from ...scripts import script
 from ...providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
-from ..acceptance.gate import JobSpec
+from ..acceptance.gate import JobPaths, JobSpec
 from .packages import SlurmPackages
 from .render import SLURM_ETC, render_cgroup_conf, render_gres_conf, render_slurm_conf
 from .validate import validate_argv
@@ -65,6 +65,8 @@ class SlurmInputs:
     #: by Fleet once that layer exists (empty without accounting)
     controller_gate: pulumi.Input[Sequence[pulumi.Resource]]
     accounting: bool = False
+    #: where the canary-first job reads and writes (the storage layer's, when it is on)
+    job_paths: JobPaths = JobPaths()
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,7 @@ class SlurmCluster(pulumi.ComponentResource):
             gate_nodes = admitted.apply(lambda names: [n.name for n in canaries if n.name in names])
             gate_node = gate_nodes.apply(
                 lambda names: next((n for n in names if by_name[n].gpus), ""))
-            canary_first = JobSpec(cfg, root, accounting).job(
+            canary_first = JobSpec(cfg, root, accounting, inputs.job_paths).job(
                 "canary-first", gate_node, gate_nodes,
                 {"restart": restart, "key": key_hash, "packages": packages_hash, "canaries": gate_nodes},
                 after=list(daemons), open_partitions=False, parent=self)

@@ -1,0 +1,172 @@
+"""The storage layer: ZFS datasets with separate duties, NFS exports gated on their mounts,
+and every Slurm node's mounts, proven from the server's side and the client's.
+
+The seed's first broken layer: `/data` existed, the export was configured and `showmount`
+listed it, yet the pool was not imported, the directory was an empty folder on the root
+disk and every client failed. So here, in order:
+
+1. the pool checked and the datasets created or adopted (`ZfsDatasets`): models
+   read-only, data read-write with its job, input and output directories, `sharenfs=off`,
+   each marked with its GUID; a store that is not mounted as its dataset stops the rollout
+   with what findmnt saw;
+2. the NFS server: kernel nfsd (`/etc/exports.d/gpu-fleet.exports`, `mp` so nfsd itself
+   refuses an unmounted path, nfs-server after zfs-mount) or nfs-ganesha where the kernel
+   has none (the lab; ganesha has no `mp`, so its unit checks every mountpoint before each
+   start: `storage-mounted` as ExecStartPre); then `ExportCheck`: what the server really
+   exports, to whom;
+3. every Slurm node mounts models read-only and data read-write (systemd mount units;
+   kernel NFS, or the `fuse-libnfs` TEST DOUBLE of the kernel client in the lab), then
+   `ClientCheck` on all of them: mounts as the kernel shows them, the markers, a refused
+   write into models, a squashed write into data. It is the layer's admission `Gate`.
+
+Its outputs hand the acceptance job its marker, job root and read-only probe. Rollback
+(destroy, or the layer off) unmounts the clients, unexports, and removes the layer's files
+and units; the datasets and their data are never destroyed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import pulumi
+
+from ...admission import Gate
+from ...config import FleetConfig
+from ...hosts import conn_input
+from ...providers import CommandWithVerify, File, PackageSet, SystemdUnit
+from ...scripts import script_path
+from ..acceptance.gate import JobPaths
+from .checks import ClientCheck, ExportCheck
+from .datasets import MARKER, ZfsDatasets
+from .render import (
+    EXPORT_IDS, EXPORTS_FILE, GANESHA_CONF, MOUNTED_CHECK, PSEUDO, render_exports, render_ganesha_conf,
+    render_ganesha_dropin, render_mount_unit, render_nfs_server_dropin,
+)
+
+DUTIES = ("models", "data")
+#: the data store's directory that jobs write into
+JOB_DIR = "jobs"
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class StorageInputs:
+    cfg: FleetConfig
+    root: Path
+
+
+@dataclass(frozen=True)
+class StorageOutputs:
+    #: nodes whose mounts passed the client check (the admission gate)
+    gate: Gate
+    #: what the acceptance job reads, writes and must fail to write
+    job_paths: JobPaths
+    datasets: ZfsDatasets
+    exports: ExportCheck
+    clients: ClientCheck
+
+    def output(self) -> pulumi.Output[dict]:
+        return pulumi.Output.all(self.datasets.guids, self.exports.exported, self.clients.passed,
+                                 self.clients.reasons).apply(
+            lambda t: {"guids": t[0], "exported": t[1], "mountedOn": t[2], "refused": t[3]})
+
+
+class Storage(pulumi.ComponentResource):
+    """The stores on the storage host and their mounts on every Slurm node."""
+
+    def __init__(self, inputs: StorageInputs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-fleet:storage:Storage", "storage", None, opts)
+        cfg, root, st = inputs.cfg, inputs.root, inputs.cfg.storage
+        host = cfg.hosts.storage
+        conn = conn_input(host, cfg.ssh, root)
+        after = lambda *deps: pulumi.ResourceOptions(parent=self, depends_on=[*deps])  # noqa: E731
+        stores = {d: getattr(st, d) for d in DUTIES}
+
+        datasets = ZfsDatasets(
+            "storage-datasets", conn=conn, pool=st.pool,
+            datasets=[{"duty": d, "name": s.dataset, "mountpoint": s.mountpoint,
+                       "properties": {"mountpoint": s.mountpoint, "canmount": "on", "sharenfs": "off",
+                                      "readonly": "on" if d == "models" else "off"}}
+                      for d, s in stores.items()],
+            data_dirs=list(st.data_dirs), opts=after())
+        server = self._server(cfg, conn, datasets, after)
+
+        server_stores = [{"duty": d, "dataset": s.dataset, "mountpoint": s.mountpoint,
+                          "export_id": EXPORT_IDS[d], "pseudo": PSEUDO[d]} for d, s in stores.items()]
+        conf = render_ganesha_conf(st) if st.server == "ganesha" else render_exports(st)
+        exports = ExportCheck(
+            "storage-exports", conn=conn, server=st.server, clients=str(st.clients), stores=server_stores,
+            layer=st.model_dump(mode="json"),
+            triggers={"conf": _sha(conf), "guids": datasets.guids}, opts=after(*server))
+
+        nodes = cfg.slurm_nodes()
+        mounts: list[pulumi.Resource] = []
+        units = {}
+        for n in nodes:
+            nconn = conn_input(n, cfg.ssh, root)
+            prev: list[pulumi.Resource] = [exports]
+            if st.client_packages:
+                prev = [PackageSet(f"{n.name}-storage-client-packages", conn=nconn,
+                                   packages=dict(st.client_packages), hold=True, opts=after(exports))]
+            for d in DUTIES:
+                unit, text = render_mount_unit(st, d, host.address)
+                units[d] = text
+                mounts.append(SystemdUnit(f"{n.name}-{d}-mount", conn=nconn, unit=unit, content=text,
+                                          opts=after(*prev)))
+        source = {d: f"{host.address}:{PSEUDO[d] if st.client == 'fuse-libnfs' else stores[d].mountpoint}"
+                  for d in DUTIES}
+        clients = ClientCheck(
+            "storage-clients", conn=conn, nodes=[conn_input(n, cfg.ssh, root) for n in nodes],
+            stores=[{"duty": d, "dataset": s.dataset, "client_mount": s.client_mount, "source": source[d]}
+                    for d, s in stores.items()],
+            fstypes=["fuse.nfsfuse"] if st.client == "fuse-libnfs" else ["nfs", "nfs4"],
+            job_dir=JOB_DIR, guids=datasets.guids, max_parallel=cfg.ssh.max_parallel,
+            triggers={"exports": exports.exported, "units": {d: _sha(t) for d, t in units.items()}},
+            opts=after(*mounts))
+
+        def warn(reasons: dict) -> None:
+            if reasons:
+                pulumi.log.warn("storage: nodes kept out of Slurm:\n" + "\n".join(
+                    f"  {n}: {'; '.join(r)}" for n, r in reasons.items()), resource=self)
+
+        clients.reasons.apply(warn)
+        self.outputs = StorageOutputs(
+            gate=Gate("storage", frozenset(n.name for n in nodes), clients.passed, clients.reasons),
+            job_paths=JobPaths(marker=f"{st.models.client_mount}/{MARKER}",
+                               job_root=f"{st.data.client_mount}/{JOB_DIR}",
+                               readonly_probe=st.models.client_mount),
+            datasets=datasets, exports=exports, clients=clients)
+        self.register_outputs({})
+
+    def _server(self, cfg: FleetConfig, conn: dict, datasets: pulumi.Resource, after) -> list[pulumi.Resource]:
+        """The NFS server, after the datasets; its unit refuses to start on an unmounted store."""
+        st = cfg.storage
+        prev: list[pulumi.Resource] = [datasets]
+        if st.server_packages:
+            prev = [PackageSet("storage-server-packages", conn=conn, packages=dict(st.server_packages),
+                               hold=True, opts=after(datasets))]
+        check = File("storage-mounted-check", conn=conn, path=MOUNTED_CHECK, mode="0755",
+                     content=script_path(__file__, "mounted.sh").read_text(), opts=after(*prev))
+        if st.server == "ganesha":
+            conf = render_ganesha_conf(st)
+            conf_file = File("storage-ganesha-conf", conn=conn, path=GANESHA_CONF, content=conf,
+                             opts=after(*prev))
+            unit = SystemdUnit("storage-nfs-server", conn=conn, unit="nfs-ganesha.service",
+                               dropins={"gpu-fleet-mounted.conf": render_ganesha_dropin(st)},
+                               triggers={"conf": _sha(conf)}, opts=after(check, conf_file))
+            return [unit]
+        exports = render_exports(st)
+        exports_file = File("storage-exports-file", conn=conn, path=EXPORTS_FILE, content=exports,
+                            opts=after(*prev))
+        unit = SystemdUnit("storage-nfs-server", conn=conn, unit="nfs-server.service",
+                           dropins={"gpu-fleet-mounted.conf": render_nfs_server_dropin(st)},
+                           opts=after(check, exports_file))
+        reload = CommandWithVerify("storage-exportfs", conn=conn, create=["exportfs", "-ra"],
+                                   verify=["exportfs"], triggers={"exports": _sha(exports)}, opts=after(unit))
+        return [reload]

@@ -1,0 +1,125 @@
+"""The storage layer on the lab: zfs-fuse datasets (real ZFS code in user space), exports
+by the real nfs-ganesha, every node mounting through the `nfsfuse` TEST DOUBLE of the
+kernel NFS client (the lab's kernel has none; the double speaks NFSv3 to the real server,
+so read-only and root_squash are the server's doing), the canary using the store, the
+seed's failure (pool not imported) failing closed, and a rollback that keeps the data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.pulumi_cli import PulumiProject
+
+from .labhosts import ssh
+from .test_accounting import repo_version
+from .test_slurm_cluster import NODES, as_user
+
+SERVER_PACKAGES = ("nfs-ganesha", "nfs-ganesha-vfs")
+CLIENT_PACKAGES = ("fuse", "python3-fusepy", "libnfs13")
+MODELS, DATA = "/mnt/models", "/mnt/data"
+
+
+def storage_version(package: str) -> str:
+    out = ssh("storage", f"apt-get -q update >/dev/null 2>&1; apt-cache policy {package}").stdout
+    return next(line.split()[1] for line in out.splitlines() if "Candidate:" in line)
+
+
+def set_storage(proj: PulumiProject) -> None:
+    cfg = {"enabled": True, "clients": "10.213.57.0/24", "server": "ganesha", "client": "fuse-libnfs",
+           "server_packages": {p: storage_version(p) for p in SERVER_PACKAGES},
+           "client_packages": {p: repo_version(p) for p in CLIENT_PACKAGES}}
+    proj.run("config", "set", "--path", "--json", "gpu-fleet:storage", json.dumps(cfg), "--stack", "lab")
+
+
+def outputs(proj) -> dict:
+    return json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
+
+
+@pytest.fixture(scope="module")
+def stored(lab, tmp_path_factory):
+    proj = PulumiProject.copy_of_repo(tmp_path_factory.mktemp("storage"))
+    proj.init_stack("lab")
+    set_storage(proj)
+    try:
+        proj.run("up", "--yes", "--stack", "lab", timeout=1200)
+        yield proj
+    finally:
+        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
+        ssh("storage", "zpool import -d /var/lib/zfs-vdev ai 2>/dev/null; "
+                       "zfs destroy -r ai/models; zfs destroy -r ai/data", check=False)
+
+
+def test_datasets_are_mounted_as_themselves_with_their_duties(stored):
+    out = ssh("storage", "zfs get -H -o name,property,value readonly,sharenfs,mounted ai/models ai/data; "
+                         "findmnt -n -o TARGET,SOURCE -T /srv/ai/models; findmnt -n -o TARGET,SOURCE -T /srv/ai/data/jobs"
+              ).stdout
+    assert "ai/models\treadonly\ton" in out and "ai/data\treadonly\toff" in out
+    assert "ai/models\tsharenfs\toff" in out and "ai/data\tsharenfs\toff" in out
+    assert "ai/models\tmounted\tyes" in out and "ai/data\tmounted\tyes" in out
+    flat = " ".join(out.split())
+    assert "/srv/ai/models ai/models" in flat and "/srv/ai/data ai/data" in flat, out
+
+
+def test_ganesha_exports_exactly_the_two_stores_to_the_lab_network(stored):
+    exported = outputs(stored)["storage"]["exported"]
+    assert exported["models"] == {"path": "/srv/ai/models", "pseudo": "/models", "clients": ["10.213.57.0/24"]}
+    assert exported["data"] == {"path": "/srv/ai/data", "pseudo": "/data", "clients": ["10.213.57.0/24"]}
+
+
+def test_every_node_mounts_both_and_passes_the_client_check(stored):
+    out = outputs(stored)["storage"]
+    assert out["mountedOn"] == NODES and out["refused"] == {}
+    for n in NODES:
+        m = ssh(n, f"findmnt -n -o SOURCE,FSTYPE,OPTIONS --mountpoint {MODELS}").stdout.split()
+        assert m[0] == "10.213.57.10:/models" and m[1] == "fuse.nfsfuse" and "ro" in m[2].split(","), m
+        d = ssh(n, f"findmnt -n -o SOURCE,OPTIONS --mountpoint {DATA}").stdout.split()
+        assert d[0] == "10.213.57.10:/data" and "rw" in d[1].split(","), d
+
+
+def test_read_only_is_the_servers_doing(stored):
+    """With models mounted read-write by the double, the write still fails: NFS3ERR_ROFS."""
+    p = ssh("node2", f"mkdir -p /tmp/rw-models && mount -t fuse.nfsfuse 10.213.57.10:/models /tmp/rw-models "
+                     "-o rw,allow_other && { echo x > /tmp/rw-models/probe; echo rc=$?; }; "
+                     "umount /tmp/rw-models", check=False)
+    assert "Read-only file system" in p.stdout + p.stderr and "rc=0" not in p.stdout
+
+
+def test_the_canary_reads_the_marker_writes_its_job_root_and_cannot_write_models(stored):
+    canary = outputs(stored)["canary"]
+    assert canary["passed"] is True
+    out = ssh("ctl", as_user(f"srun -N1 -p lab -w node1 -t 1 sh -c 'cat {MODELS}/.gpu-fleet-store; "
+                             f"echo x > {MODELS}/x 2>&1 || echo refused; id -u > {DATA}/jobs/u.$$; "
+                             f"stat -c %u {DATA}/jobs/u.$$; rm {DATA}/jobs/u.$$'")).stdout
+    assert "gpu-fleet store dataset=ai/models guid=" in out and "refused" in out
+    assert out.strip().splitlines()[-1] == "64200"  # the canary user's own uid, not squashed
+
+
+def test_a_second_up_changes_nothing(stored):
+    stored.run("preview", "--stack", "lab", "--expect-no-changes")
+
+
+def test_pool_not_imported_fails_closed_and_data_survives_a_rollback(stored):
+    """The seed's failure: the pool is gone, /srv/ai/data an empty directory on the root disk."""
+    ssh("storage", "echo 'seed bytes' > /srv/ai/data/inputs/keep.txt; sha256sum /srv/ai/data/inputs/keep.txt")
+    ssh("storage", "systemctl stop nfs-ganesha; zpool export ai; test ! -e /srv/ai/data/inputs/keep.txt")
+    try:
+        p = stored.run("up", "--yes", "--stack", "lab", "--refresh", check=False, timeout=900)
+        text = p.stdout + p.stderr
+        assert p.returncode != 0
+        assert "pool 'ai'" in text or "pool ai" in text, text[-3000:]
+        # ganesha did not come back exporting the empty directories
+        assert ssh("storage", "systemctl is-active nfs-ganesha", check=False).stdout.strip() != "active"
+    finally:
+        ssh("storage", "zpool import -d /var/lib/zfs-vdev ai")
+    stored.run("up", "--yes", "--stack", "lab", "--refresh", timeout=900)
+    assert ssh("storage", "cat /srv/ai/data/inputs/keep.txt").stdout == "seed bytes\n"
+    stored.run("destroy", "--yes", "--stack", "lab", timeout=900)
+    assert ssh("storage", "zfs list -H -o name ai/data && cat /srv/ai/data/inputs/keep.txt").stdout \
+        .endswith("seed bytes\n")
+    for n in NODES:
+        assert ssh(n, f"findmnt --mountpoint {DATA}", check=False).returncode != 0
+    set_storage(stored)
+    stored.run("up", "--yes", "--stack", "lab", timeout=1200)
+    assert ssh("node3", f"cat {DATA}/inputs/keep.txt").stdout == "seed bytes\n"
