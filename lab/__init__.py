@@ -9,6 +9,7 @@ and a local apt repository bound read-only at /srv/lab-repo. `up` writes the
 Modules: `common` (paths, logging, commands, locks), `hosts` (names and
 addresses), `image` (the cached base image), `repo` (the hosts' apt
 repository), `rootfs` (per-host root filesystems), `nspawn` (cgroups, boot,
-stop), `net` (the bridge), `stackfile` (stack file and inventory), `core`
-(up/down/status).
+stop), `net` (the bridge), `stackfile` (stack file and inventory), `fake_nvml`
+(the GPU test double on the nodes), `storage` (the storage host's pool as an admin
+leaves it, the NFS client test double on the nodes), `core` (up/down/status/reboot).
 """

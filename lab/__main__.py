@@ -1,4 +1,4 @@
-"""python -m lab up [--nodes N] | down | status  (as root, with the project's .venv python)."""
+"""python -m lab up [--nodes N] | down | status | reboot HOST  (as root, with the project's .venv python)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,11 @@ def main(argv: list[str] | None = None) -> int:
                          "(default auto: overlay, else copy; env GPU_FLEET_LAB_ROOTFS)")
     sub.add_parser("down", help="stop every lab host and remove its state (keeps the cache)")
     sub.add_parser("status", help="one line per host: process alive, ssh reachable")
+    pr = sub.add_parser("reboot", help="restart one host of the running lab (a clean poweroff, "
+                                       "then a boot of the same root filesystem)")
+    pr.add_argument("host", help="storage, ctl, node1, ...")
+    pr.add_argument("--timeout", type=float, default=120.0,
+                    help="seconds to wait for its sshd (default 120)")
     args = p.parse_args(argv)
 
     from . import core
@@ -38,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.cmd == "down":
             core.down()
+            return 0
+        if args.cmd == "reboot":
+            core.reboot(args.host, args.timeout)
             return 0
         return core.status()
     except LabError as e:

@@ -8,10 +8,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from . import fake_nvml, image, net, nspawn, repo, rootfs, stackfile
+from . import fake_nvml, image, net, nspawn, repo, rootfs, stackfile, storage
 from .common import (
-    HOSTS_DIR, INVENTORY, KEY, KNOWN_HOSTS, LOGS_DIR, STACK_FILE, STATE, LabError, check_tools,
-    flock, last_line, log, rel, remove_tree, require_root, run,
+    HOSTS_DIR, INVENTORY, KEY, KNOWN_HOSTS, LOGS_DIR, STACK_FILE, STATE, LabError, cache_dir,
+    check_tools, flock, last_line, log, rel, remove_tree, require_root, run,
 )
 from .hosts import BRIDGE, DEFAULT_NODES, Host, lab_hosts
 
@@ -68,6 +68,8 @@ def _expected(inv: dict, nodes: int) -> list[str]:
         why.append("the image changed")
     if inv.get("repo") != repo.repo_key():
         why.append("the package list changed")
+    if inv.get("boot") != nspawn.boot_key():
+        why.append("the hosts' nspawn flags changed")
     if [h.get("name") for h in inv.get("hosts", [])] != [h.name for h in lab_hosts(nodes)]:
         why.append("different hosts")
     return why
@@ -118,7 +120,7 @@ def up(nodes: int = DEFAULT_NODES, timeout: float = 120.0, rootfs_mode: str | No
             why = _expected(inv, nodes) or unhealthy(inv)
             if not why:
                 finish_stack(nodes)
-                fake_nvml.ensure(hosts)
+                ensure_doubles(hosts)
                 log(f"lab already up and healthy: {len(hosts)} hosts "
                     f"(checked in {time.monotonic() - start:.1f} s)")
                 return inv
@@ -141,6 +143,9 @@ def up(nodes: int = DEFAULT_NODES, timeout: float = 120.0, rootfs_mode: str | No
 
 
 def _boot(hosts: list[Host], nodes: int, timeout: float, rootfs_mode: str, start: float) -> dict:
+    if not Path("/dev/fuse").exists():
+        raise LabError("/dev/fuse is missing: the storage host (zfs-fuse) and the nodes (the NFS "
+                       "client test double) need it; run `modprobe fuse`")
     base = image.ensure_base()
     repo_dir = repo.ensure_repo()
     t_prep = time.monotonic()
@@ -159,7 +164,8 @@ def _boot(hosts: list[Host], nodes: int, timeout: float, rootfs_mode: str, start
 
     inv = {
         "version": INVENTORY_VERSION, "state": "booting", "nodes": nodes,
-        "image": image.image_key(), "repo": repo.repo_key(), "rootfs_mode": mode,
+        "image": image.image_key(), "repo": repo.repo_key(), "boot": nspawn.boot_key(),
+        "rootfs_mode": mode,
         "bridge": BRIDGE, "identity_file": rel(KEY), "known_hosts_file": rel(KNOWN_HOSTS),
         "hosts": [],
     }
@@ -171,7 +177,7 @@ def _boot(hosts: list[Host], nodes: int, timeout: float, rootfs_mode: str, start
         stackfile.write_inventory(inv)
     with ThreadPoolExecutor(max_workers=len(hosts)) as ex:
         ready = list(ex.map(lambda h: wait_for_ssh(h, pids[h.name], t_boot, timeout), hosts))
-    fake_nvml.ensure(hosts)
+    ensure_doubles(hosts)
     inv["state"] = "up"
     stackfile.write_inventory(inv)
     finish_stack(nodes)
@@ -181,6 +187,14 @@ def _boot(hosts: list[Host], nodes: int, timeout: float, rootfs_mode: str, start
     for h in hosts:
         log(f"  {h.name:8} {h.address:14} pid {pids[h.name]:<7} {','.join(h.roles)}")
     return inv
+
+
+def ensure_doubles(hosts: list[Host]) -> None:
+    """What the hosts get after boot, each idempotent, side by side: the GPU test double on the
+    nodes (fake_nvml), the storage host's pool and the NFS client test double (storage)."""
+    with ThreadPoolExecutor(max_workers=2) as ex:
+        for f in [ex.submit(fake_nvml.ensure, hosts), ex.submit(storage.ensure, hosts)]:
+            f.result()
 
 
 def wait_for_ssh(h: Host, pid: int, t0: float, timeout: float) -> float:
@@ -211,6 +225,34 @@ def finish_stack(nodes: int) -> None:
     if stackfile.write_stack(nodes):
         log(f"wrote {rel(STACK_FILE)}")
     stackfile.validate_stack()
+
+
+# --- reboot -------------------------------------------------------------------------
+
+def reboot(name: str, timeout: float = 120.0) -> float:
+    """Restart one host of the running lab: a clean poweroff, then a boot of the same root
+    filesystem (what it wrote stays, as on a real reboot). Returns the seconds to sshd."""
+    require_root()
+    with flock(STATE / ".lock", "lab"):
+        inv = stackfile.read_inventory()
+        if inv is None or inv.get("state") != "up":
+            raise LabError("the lab is not up (python -m lab up)")
+        entry = next((h for h in inv["hosts"] if h["name"] == name), None)
+        if entry is None:
+            raise LabError(f"no lab host {name!r} (hosts: {', '.join(h['name'] for h in inv['hosts'])})")
+        host = Host(entry["name"], entry["address"], tuple(entry["roles"]))
+        repo_dir = cache_dir() / f"repo-{inv['repo']}"
+        if not (repo_dir / "Packages.gz").exists():
+            raise LabError(f"the lab repository {repo_dir} is gone: run `python -m lab up`")
+        t_stop = time.monotonic()
+        nspawn.stop_host(name)
+        t_boot = time.monotonic()
+        entry["pid"] = nspawn.launch(host, repo_dir)
+        stackfile.write_inventory(inv)
+        took = wait_for_ssh(host, entry["pid"], t_boot, timeout)
+        log(f"rebooted {name}: stopped in {t_boot - t_stop:.1f} s, sshd after {took:.1f} s "
+            f"(pid {entry['pid']})")
+        return took
 
 
 # --- down ---------------------------------------------------------------------------

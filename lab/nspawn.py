@@ -19,7 +19,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .common import HOSTS_DIR, LOGS_DIR, LabError
+from .common import HOSTS_DIR, LOGS_DIR, LabError, remove_tree, sha16
 from .hosts import BRIDGE, CGROUP_PARENT, Host
 from .repo import MOUNT_POINT
 from .rootfs import rootfs_dir
@@ -60,11 +60,15 @@ def cgroup_procs_files(name: str) -> list[Path]:
     return files
 
 
-def cgroup_pids() -> set[int]:
-    """Every process in any lab cgroup (all hosts, all hierarchies)."""
+def _tops(name: str | None) -> list[Path]:
+    """The lab's cgroup (or one host's) in every hierarchy."""
+    return [h / CGROUP_PARENT / name if name else h / CGROUP_PARENT for h in hierarchies()]
+
+
+def cgroup_pids(name: str | None = None) -> set[int]:
+    """Every process in a lab cgroup (all hosts, or host `name`; all hierarchies)."""
     pids: set[int] = set()
-    for h in hierarchies():
-        top = h / CGROUP_PARENT
+    for top in _tops(name):
         if not top.is_dir():
             continue
         for dirpath, _dirs, files in os.walk(top):
@@ -76,11 +80,10 @@ def cgroup_pids() -> set[int]:
     return pids
 
 
-def remove_cgroups() -> list[str]:
-    """rmdir every lab cgroup, deepest first; return the ones that would not go."""
+def remove_cgroups(name: str | None = None) -> list[str]:
+    """rmdir every lab cgroup (or host `name`'s), deepest first; return the ones that would not go."""
     left = []
-    for h in hierarchies():
-        top = h / CGROUP_PARENT
+    for top in _tops(name):
         if not top.is_dir():
             continue
         for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda w: -len(w[0])):
@@ -132,20 +135,37 @@ def lab_nspawn_pids() -> set[int]:
 
 # --- boot --------------------------------------------------------------------------
 
+#: what every host gets (besides its name, root directory and the lab repository)
+COMMON_FLAGS = ("--boot", "--register=no", "--keep-unit", f"--network-bridge={BRIDGE}",
+                "--console=read-only", "--link-journal=no", "--resolv-conf=off", "--timezone=off")
+#: by role: /dev/fuse for zfs-fuse (storage) and for the NFS client test double (nodes);
+#: nfs-ganesha's FSAL VFS opens files by handle, a syscall nspawn's seccomp filter denies
+#: (its clients then get NFS3ERR_PERM). With --keep-unit --register=no no DeviceAllow is needed.
+ROLE_FLAGS = {
+    "storage": ("--bind=/dev/fuse", "--system-call-filter=open_by_handle_at"),
+    "node": ("--bind=/dev/fuse",),
+}
+
+
+def boot_key() -> str:
+    """Changes with the flags: `up` reboots a lab booted with other ones."""
+    return sha16("boot-v1", COMMON_FLAGS, ROLE_FLAGS)
+
+
+def role_flags(host: Host) -> list[str]:
+    flags: list[str] = []
+    for role in host.roles:
+        flags += [f for f in ROLE_FLAGS.get(role, ()) if f not in flags]
+    return flags
+
+
 def nspawn_argv(host: Host, repo: Path) -> list[str]:
     return [
-        NSPAWN,
-        "--boot",
-        "--register=no",
-        "--keep-unit",
+        NSPAWN, *COMMON_FLAGS,
         f"--machine={host.name}",
         f"--directory={rootfs_dir(host.name)}",
-        f"--network-bridge={BRIDGE}",
         f"--bind-ro={repo}:{MOUNT_POINT}",
-        "--console=read-only",
-        "--link-journal=no",
-        "--resolv-conf=off",
-        "--timezone=off",
+        *role_flags(host),
     ]
 
 
@@ -185,10 +205,8 @@ def _signal(pids: set[int], sig: int) -> None:
             pass
 
 
-def stop_all(recorded: set[int], timeout: float = 20.0) -> None:
-    """Stop every lab host: SIGTERM nspawn (a clean poweroff inside), SIGKILL after `timeout`,
-    then kill whatever is still in a lab cgroup and remove the cgroups."""
-    targets = {p for p in recorded if is_lab_nspawn(p)} | lab_nspawn_pids()
+def _terminate(targets: set[int], timeout: float) -> None:
+    """SIGTERM the nspawn processes (a clean poweroff inside), SIGKILL after `timeout`."""
     # nspawn turns SIGTERM into a poweroff request to the container's systemd, which a
     # container still early in boot (no handler yet) loses: repeat it every 2 s.
     deadline = time.monotonic() + timeout
@@ -199,10 +217,14 @@ def stop_all(recorded: set[int], timeout: float = 20.0) -> None:
             next_term = time.monotonic() + 2.0
         time.sleep(0.2)
     _signal({p for p in targets if alive(p)}, signal.SIGKILL)
+
+
+def _reap(name: str | None, nspawn_pids) -> None:
+    """Kill what is left in the lab's cgroups (or host `name`'s), then remove them."""
     # A host whose nspawn died (SIGKILL, crash) keeps running in its cgroups: kill it there.
     deadline = time.monotonic() + 15
     while True:
-        left = {p for p in cgroup_pids() | lab_nspawn_pids() if alive(p)}
+        left = {p for p in cgroup_pids(name) | nspawn_pids() if alive(p)}
         if not left:
             break
         if time.monotonic() > deadline:
@@ -210,9 +232,29 @@ def stop_all(recorded: set[int], timeout: float = 20.0) -> None:
         _signal(left, signal.SIGKILL)
         time.sleep(0.2)
     time.sleep(0.1)
-    left_cg = remove_cgroups()
+    left_cg = remove_cgroups(name)
     if left_cg:
         time.sleep(1)
-        left_cg = remove_cgroups()
+        left_cg = remove_cgroups(name)
     if left_cg:
         raise LabError(f"could not remove lab cgroups: {', '.join(left_cg[:5])}")
+
+
+def stop_all(recorded: set[int], timeout: float = 20.0) -> None:
+    """Stop every lab host, then kill whatever is still in a lab cgroup and remove the cgroups."""
+    _terminate({p for p in recorded if is_lab_nspawn(p)} | lab_nspawn_pids(), timeout)
+    _reap(None, lab_nspawn_pids)
+
+
+def host_nspawn_pids(name: str) -> set[int]:
+    marker = f"--directory={rootfs_dir(name)}"
+    return {p for p in lab_nspawn_pids() if marker in _cmdline(p)}
+
+
+def stop_host(name: str, timeout: float = 20.0) -> None:
+    """Stop one host as `stop_all` stops them all; its root filesystem stays (mounted)."""
+    _terminate(host_nspawn_pids(name), timeout)
+    _reap(name, lambda: host_nspawn_pids(name))
+    prop = Path("/run/systemd/nspawn/propagate") / name  # left behind by a killed nspawn
+    if prop.is_dir():
+        remove_tree(prop)

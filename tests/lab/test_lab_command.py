@@ -127,7 +127,7 @@ def test_up_after_a_killed_up_cleans_up_and_boots(exclusive):
     assert "restarting the lab" in p.stdout, p.stdout
     assert not (orphans & nspawn.lab_nspawn_pids()), "the killed up's hosts still run"
     inv = inventory()
-    assert inv["state"] == "up"
+    assert inv["state"] == "up" and inv["boot"] == nspawn.boot_key()
     assert nspawn.lab_nspawn_pids() == {h["pid"] for h in inv["hosts"]}
     assert_every_host_answers(DEFAULT)
     print(f"recovering up took {took:.1f} s")
@@ -142,6 +142,8 @@ def test_second_up_is_fast_and_changes_nothing(exclusive):
     assert "already up and healthy" in p.stdout, p.stdout
     assert took < 15, f"an up with the lab healthy took {took:.1f} s"
     assert inventory() == before
+    # nothing to install again: not the fake NVML, not zfs-fuse or the pool, not nfsfuse
+    assert p.stdout.count("\n") == 1, p.stdout
 
 
 def test_status_reports_every_host(exclusive):
