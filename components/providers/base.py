@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator, Optional, Sequence
 
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
+from pulumi.output import Unknown
 
 from ..errors import FleetError
 from ..transport import Connection, SshTarget, connection
@@ -151,6 +152,17 @@ def _from_record(kind: str, id_: str, props: Props) -> Iterator[None]:
         ) from None
 
 
+def has_unknown(value: Any) -> bool:
+    """Whether a value holds one the engine has not computed yet (a preview's unknown)."""
+    if isinstance(value, Unknown):
+        return True
+    if isinstance(value, dict):
+        return any(has_unknown(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(has_unknown(v) for v in value)
+    return False
+
+
 def normalize(value: Any) -> Any:
     """The engine hands numbers over as floats (22.0); give integers back their type."""
     if isinstance(value, float) and value.is_integer():
@@ -263,6 +275,10 @@ class HostPrimitive(ResourceProvider):
     @_entry
     def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
         how = conn_change(kind_of(self), _id, olds, news)
+        if has_unknown(news):  # in a preview, an input another resource computes this run
+            replaces = sorted(k for k in self.replace_on if has_unknown(news.get(k)) or olds.get(k) != news.get(k))
+            return DiffResult(changes=True, replaces=replaces + (["conn"] if how == "replace" else []),
+                              stables=[], delete_before_replace=True)
         desired = self.desired(news)
         changes = {k for k, v in desired.items() if olds.get(k) != v}
         replaces = sorted(k for k in self.replace_on if olds.get(k) != news.get(k))

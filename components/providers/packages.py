@@ -21,7 +21,10 @@ from ..transport.command import Piece, sh
 from .base import HostPrimitive, Observed, PlanRefused, Props, Step, _entry
 
 APT_ENV = ["env", "DEBIAN_FRONTEND=noninteractive", "NEEDRESTART_MODE=a"]
-APT_OPTS = ["-y", "-q", "-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold"]
+#: apt waits for another apt on the same host (two package sets of two layers) instead of failing
+APT_LOCK_WAIT = ["-o", "DPkg::Lock::Timeout=300"]
+APT_OPTS = ["-y", "-q", *APT_LOCK_WAIT, "-o", "Dpkg::Options::=--force-confdef",
+            "-o", "Dpkg::Options::=--force-confold"]
 
 _PROBE = script(__file__, "packages_probe.sh")
 
@@ -94,7 +97,7 @@ class PackageSetProvider(HostPrimitive):
             held_changing = sorted(n for n in change if n in obs["held"])
             if held_changing:
                 steps.append(Step(["apt-mark", "unhold", *held_changing], "release the hold to change versions"))
-            steps.append(Step([*APT_ENV, "apt-get", "-q", "update"], "refresh package lists"))
+            steps.append(Step([*APT_ENV, "apt-get", "-q", *APT_LOCK_WAIT, "update"], "refresh package lists"))
             args = [f"{n}={v}" for n, v in sorted(change.items())]
             extra = ["--allow-downgrades"] if props.get("allow_downgrade") else []
             steps.append(Step([*APT_ENV, "apt-get", "install", *APT_OPTS, "--no-install-recommends",

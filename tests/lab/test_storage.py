@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from tests.pulumi_cli import PulumiProject
 
@@ -30,7 +31,10 @@ def set_storage(proj: PulumiProject) -> None:
     cfg = {"enabled": True, "clients": "10.213.57.0/24", "server": "ganesha", "client": "fuse-libnfs",
            "server_packages": {p: storage_version(p) for p in SERVER_PACKAGES},
            "client_packages": {p: repo_version(p) for p in CLIENT_PACKAGES}}
-    proj.run("config", "set", "--path", "--json", "gpu-fleet:storage", json.dumps(cfg), "--stack", "lab")
+    path = proj.dir / "stacks" / "Pulumi.lab.yaml"
+    raw = yaml.safe_load(path.read_text())
+    raw["config"]["gpu-fleet:storage"] = cfg
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
 
 
 def outputs(proj) -> dict:

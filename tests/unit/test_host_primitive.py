@@ -316,3 +316,16 @@ def test_a_state_recorded_without_the_stack_inputs_is_a_clear_error(hosts):
         assert str(e.value).startswith("host node1: Account node1:acc: its recorded state lacks 'uid'")
         assert "`pulumi up` once without --refresh" in str(e.value)
     assert hosts.sent == []
+
+
+def test_diff_with_an_input_computed_later_is_a_change_not_a_crash():
+    """In a preview, a File's content can depend on a resource that updates in the same run."""
+    from pulumi.output import Unknown
+
+    from components.providers.file import FileProvider
+
+    olds = {"conn": {"name": "h", "address": "10.0.0.1"}, "path": "/etc/x", "content": "a", "mode": "0644",
+            "owner": "root", "group": "root", "present": True, "sha256": "00"}
+    news = {**olds, "content": Unknown()}
+    result = FileProvider().diff("h:/etc/x", olds, news)
+    assert result.changes is True and not result.replaces
