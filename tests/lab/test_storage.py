@@ -104,6 +104,28 @@ def test_a_second_up_changes_nothing(stored):
     stored.run("preview", "--stack", "lab", "--expect-no-changes")
 
 
+def test_a_dataset_unmounted_by_hand_is_drift_and_not_exported_until_mounted(stored):
+    ssh("storage", "systemctl stop nfs-ganesha && zfs unmount ai/models")
+    try:
+        refresh = stored.run("refresh", "--yes", "--stack", "lab", timeout=600).stdout
+        assert "storage-datasets" in refresh, refresh[-2000:]  # the drift is recorded
+        p = stored.run("up", "--yes", "--stack", "lab", check=False, timeout=900)
+        text = p.stdout + p.stderr
+        assert p.returncode != 0
+        assert "dataset ai/models is not mounted (zfs get mounted: no)" in text, text[-3000:]
+        assert ssh("storage", "systemctl is-active nfs-ganesha", check=False).stdout.strip() != "active"
+        # ganesha's own start refuses too (its ExecStartPre), whatever starts it
+        start = ssh("storage", "systemctl start nfs-ganesha", check=False)
+        assert start.returncode != 0
+        assert "ai/models is not mounted" in ssh("storage", "journalctl -u nfs-ganesha -n 20 --no-pager").stdout
+    finally:
+        ssh("storage", "zfs mount -o ro ai/models")
+    stored.run("up", "--yes", "--stack", "lab", timeout=900)
+    assert outputs(stored)["storage"]["mountedOn"] == NODES
+    for n in NODES:
+        assert ssh(n, f"cat {MODELS}/.gpu-fleet-store").stdout.startswith("gpu-fleet store dataset=ai/models")
+
+
 def test_pool_not_imported_fails_closed_and_data_survives_a_rollback(stored):
     """The seed's failure: the pool is gone, /srv/ai/data an empty directory on the root disk."""
     ssh("storage", "echo 'seed bytes' > /srv/ai/data/inputs/keep.txt; sha256sum /srv/ai/data/inputs/keep.txt")
@@ -119,6 +141,9 @@ def test_pool_not_imported_fails_closed_and_data_survives_a_rollback(stored):
         ssh("storage", "zpool import -d /var/lib/zfs-vdev ai")
     stored.run("up", "--yes", "--stack", "lab", "--refresh", timeout=900)
     assert ssh("storage", "cat /srv/ai/data/inputs/keep.txt").stdout == "seed bytes\n"
+    # the stores are new mounts: every node mounted them again (no stale handles)
+    for n in NODES:
+        assert ssh(n, f"cat {DATA}/inputs/keep.txt").stdout == "seed bytes\n"
     stored.run("destroy", "--yes", "--stack", "lab", timeout=900)
     assert ssh("storage", "zfs list -H -o name ai/data && cat /srv/ai/data/inputs/keep.txt").stdout \
         .endswith("seed bytes\n")

@@ -103,7 +103,8 @@ class Storage(pulumi.ComponentResource):
         exports = ExportCheck(
             "storage-exports", conn=conn, server=st.server, clients=str(st.clients), stores=server_stores,
             layer=st.model_dump(mode="json"),
-            triggers={"conf": _sha(conf), "guids": datasets.guids}, opts=after(*server))
+            triggers={"conf": _sha(conf), "guids": datasets.guids, "mounts": datasets.mounts},
+            opts=after(*server))
 
         nodes = cfg.slurm_nodes()
         mounts: list[pulumi.Resource] = []
@@ -117,8 +118,13 @@ class Storage(pulumi.ComponentResource):
             for d in DUTIES:
                 unit, text = render_mount_unit(st, d, host.address)
                 units[d] = text
+                # ganesha's FSAL VFS file handles carry the exported mount's device: once a store
+                # is mounted again (the pool re-imported, a reboot), every client's handles are
+                # stale, so its mounts are made again. Kernel nfsd's handles survive that.
+                remount = ({"store": datasets.mounts.apply(lambda m, ds=stores[d].dataset: (m or {}).get(ds))}
+                           if st.server == "ganesha" else {})
                 mounts.append(SystemdUnit(f"{n.name}-{d}-mount", conn=nconn, unit=unit, content=text,
-                                          opts=after(*prev)))
+                                          triggers=remount, opts=after(*prev)))
         source = {d: f"{host.address}:{PSEUDO[d] if st.client == 'fuse-libnfs' else stores[d].mountpoint}"
                   for d in DUTIES}
         clients = ClientCheck(
@@ -127,7 +133,8 @@ class Storage(pulumi.ComponentResource):
                     for d, s in stores.items()],
             fstypes=["fuse.nfsfuse"] if st.client == "fuse-libnfs" else ["nfs", "nfs4"],
             job_dir=JOB_DIR, guids=datasets.guids, max_parallel=cfg.ssh.max_parallel,
-            triggers={"exports": exports.exported, "units": {d: _sha(t) for d, t in units.items()}},
+            triggers={"exports": exports.exported, "units": {d: _sha(t) for d, t in units.items()},
+                      "mounts": datasets.mounts},
             opts=after(*mounts))
 
         def warn(reasons: dict) -> None:

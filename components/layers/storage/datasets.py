@@ -55,7 +55,7 @@ def parse_datasets(props: Props, stdout: str) -> Observed:
             "props": {k: v[0] for k, v in got.items()},
             "readonly_source": got.get("readonly", ("", ""))[1],
             "mount": None if m is None else {"target": m.target, "source": m.source, "fstype": m.fstype,
-                                             "options": list(m.options)},
+                                             "options": list(m.options), "id": m.mount_id},
             "marker": sec.get(f"marker {ds}", "").strip(),
         }
     dirs = {d: sec.get(f"dir {d}", "").strip() for d in props["data_dirs"]}
@@ -102,7 +102,8 @@ class ZfsDatasetsProvider(HostPrimitive):
                                     and mount_problem(s, seen) is None
                                     and seen["marker"] == marker_text(s["name"], seen["props"].get("guid")))
         return {"stores_ok": ok, "dirs": obs["dirs"], "health": obs["health"],
-                "guids": {ds: seen["props"].get("guid") for ds, seen in obs["stores"].items()}}
+                "guids": {ds: seen["props"].get("guid") for ds, seen in obs["stores"].items()},
+                "mounts": {ds: (seen["mount"] or {}).get("id") for ds, seen in obs["stores"].items()}}
 
     @staticmethod
     def _wanted(store: dict) -> dict[str, str]:
@@ -160,6 +161,9 @@ class ZfsDatasets(Resource, module="storage", name="ZfsDatasets"):
     """The models and data datasets on the storage host, created or adopted, never destroyed."""
 
     guids: pulumi.Output[dict]
+    #: each store's mount as findmnt numbers it: a store mounted again (the pool re-imported)
+    #: is a new mount, which refresh records and dependents see
+    mounts: pulumi.Output[dict]
     stores_ok: pulumi.Output[dict]
     health: pulumi.Output[str]
 
@@ -169,4 +173,5 @@ class ZfsDatasets(Resource, module="storage", name="ZfsDatasets"):
         readonly}}], models first: the properties are what the layer sets."""
         super().__init__(ZfsDatasetsProvider(), name,
                          {"conn": conn, "pool": pool, "datasets": datasets, "data_dirs": data_dirs,
-                          "guids": None, "stores_ok": None, "health": None, "dirs": None}, opts)
+                          "guids": None, "mounts": None, "stores_ok": None, "health": None, "dirs": None},
+                         opts)

@@ -111,6 +111,8 @@ class Mount:
     source: str
     fstype: str
     options: tuple[str, ...]
+    #: findmnt's ID: new for every mount, so a store mounted again shows as another mount
+    mount_id: str = ""
 
 
 _PAIR = re.compile(r'([A-Z][A-Z0-9_%:-]*)="([^"]*)"')
@@ -124,14 +126,15 @@ def _unhex(value: str) -> str:
 
 
 def parse_findmnt(text: str) -> list[Mount]:
-    """`findmnt -n -P -o TARGET,SOURCE,FSTYPE,OPTIONS` (KEY="value" pairs, one mount a line)."""
+    """`findmnt -n -P -o TARGET,SOURCE,FSTYPE,OPTIONS[,ID]` (KEY="value" pairs, one mount a line)."""
     out = []
     for line in text.splitlines():
         pairs = {k: _unhex(v) for k, v in _PAIR.findall(line)}
         if "TARGET" not in pairs:
             continue  # an error line ("findmnt: ...") or nothing
         opts = tuple(o for o in pairs.get("OPTIONS", "").split(",") if o)
-        out.append(Mount(pairs["TARGET"], pairs.get("SOURCE", ""), pairs.get("FSTYPE", ""), opts))
+        out.append(Mount(pairs["TARGET"], pairs.get("SOURCE", ""), pairs.get("FSTYPE", ""), opts,
+                         pairs.get("ID", "")))
     return out
 
 
