@@ -332,3 +332,44 @@ def test_version_helpers():
     assert nvml_library_driver("580") is None and nvml_library_driver(None) is None
     with pytest.raises(ValueError):
         cuda_version_number("twelve")
+
+
+# ---- a refresh that finds the layer's own prerequisite missing -------------------------------
+
+def _no_pynvml(doc: dict) -> str:
+    doc = copy.deepcopy(doc)
+    doc.update(pynvml={"importable": False, "version": None,
+                       "error": "ModuleNotFoundError: No module named 'pynvml'"},
+               driver_version=None, nvml_version=None, cuda_driver_version=None, gpu_count=None, gpus=[])
+    return json.dumps(doc)
+
+
+def _props() -> dict:
+    return {"nodes": [{"name": n, "gpu_count": 8, "gpu_model": "Tesla V100-SXM2-16GB"} for n in ("gpu01", "gpu02")],
+            "driver_version": DRIVER, "cuda_runtime": "12.9.1", "pending": [], "pynvml_dir": "/opt/gpu-fleet/lib"}
+
+
+def test_refresh_without_pynvml_is_not_known_yet_and_the_next_up_probes_again(healthy_doc):
+    """A node re-imaged under the same name: refresh finds no pynvml. That is `unknown`, never
+    `failed`, and diff makes the next `up` probe again (after the layer put pynvml back)."""
+    from components.layers.gpu_runtime.component import (
+        UNKNOWN, GpuBaselineProvider, ProbeRun, baseline_outputs, fleet_verdict, not_known_yet,
+    )
+
+    props = _props()
+    ok = json.dumps({**healthy_doc, "hostname": "gpu02"})
+    runs = {"gpu01": ProbeRun("gpu01", document=_no_pynvml(healthy_doc)), "gpu02": ProbeRun("gpu02", document=ok)}
+    applied = fleet_verdict(props, runs)           # create/update: the layer's files are there
+    assert applied.nodes["gpu01"].status == "failed"
+    refreshed = not_known_yet(props, runs, applied)  # read (refresh)
+    assert refreshed.nodes["gpu01"].status == UNKNOWN
+    assert "not known yet" in refreshed.nodes["gpu01"].reasons[0]
+    outs = baseline_outputs(refreshed)
+    assert "gpu01" not in outs["healthy_nodes"] and outs["unknown_nodes"] == ["gpu01"]
+    assert "gpu01" not in outs["failed_nodes"]
+    inputs = {k: props.get(k) for k in ("nodes", "pending", "driver_version", "cuda_runtime")}
+    diff = GpuBaselineProvider().diff("gpu-baseline", {**inputs, **outs}, inputs)
+    assert diff.changes is True
+    # with every verdict known and inputs unchanged, no probe runs
+    settled = baseline_outputs(applied)
+    assert GpuBaselineProvider().diff("gpu-baseline", {**inputs, **settled}, inputs).changes is False

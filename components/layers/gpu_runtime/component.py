@@ -41,6 +41,7 @@ import csv
 import dataclasses
 import hashlib
 import io
+import json
 import posixpath
 from dataclasses import dataclass
 from importlib import metadata
@@ -85,7 +86,8 @@ TRANSPORT_ERRORS = (HostUnreachable, HostKeyMismatch, AuthFailed, SudoPasswordRe
 INPUT_KEYS = ("nodes", "pending", "driver_version", "cuda_runtime", "required_cgroup_controllers",
               "require_ntp", "probe_paths", "pynvml_dir", "pynvml_version", "pynvml_sha256",
               "probe_sha256", "probe_timeout_s", "max_parallel", "triggers")
-OUTPUT_KEYS = ("verdicts", "healthy_nodes", "failed_nodes", "pending_nodes", "problems", "summary")
+OUTPUT_KEYS = ("verdicts", "healthy_nodes", "failed_nodes", "pending_nodes", "unknown_nodes", "problems",
+               "summary")
 
 
 # ---- the pinned bindings -----------------------------------------------------------------
@@ -211,6 +213,29 @@ def fleet_verdict(props: Props, runs: Mapping[str, ProbeRun]) -> FleetVerdict:
     return dataclasses.replace(fv, nodes=nodes)
 
 
+#: a refresh's verdict for a node whose prerequisite the layer itself installs is missing
+UNKNOWN = "unknown"
+
+
+def not_known_yet(props: Props, runs: Mapping[str, ProbeRun], fv: FleetVerdict) -> FleetVerdict:
+    """A refresh (read) that finds the layer's own prerequisite missing on a node (pynvml not
+    importable: a node re-imaged, or this layer never applied there) says nothing about its
+    GPUs: the node is `unknown`, not failed, and the next `up` probes it again once the layer
+    has put pynvml back (diff sees `unknown` and updates, after the pynvml files)."""
+    nodes = dict(fv.nodes)
+    for n, v in fv.nodes.items():
+        doc = runs.get(n).document if runs.get(n) else None
+        try:
+            importable = (json.loads(doc).get("pynvml") or {}).get("importable") if doc else None
+        except ValueError:
+            importable = None
+        if v.status == "failed" and importable is False:
+            nodes[n] = dataclasses.replace(v, status=UNKNOWN, reasons=(
+                f"node {n}: not known yet: pynvml is not installed in {props['pynvml_dir']}; probed "
+                "again once this layer has put it back",))
+    return dataclasses.replace(fv, nodes=nodes)
+
+
 def baseline_outputs(fv: FleetVerdict) -> dict[str, Any]:
     summary = fv.report().splitlines()[0]
     return {
@@ -218,6 +243,7 @@ def baseline_outputs(fv: FleetVerdict) -> dict[str, Any]:
         "healthy_nodes": fv.passed,
         "failed_nodes": fv.failed,
         "pending_nodes": fv.pending,
+        "unknown_nodes": fv.names(UNKNOWN),
         "problems": list(fv.problems),
         "summary": summary,
     }
@@ -230,7 +256,7 @@ def inputs_of(props: Props) -> Props:
 class GpuBaselineProvider(ResourceProvider):
     """Probes every node (read-only) on create, update and read; diff only compares inputs."""
 
-    def run(self, props: Props) -> Props:
+    def run(self, props: Props, refresh: bool = False) -> Props:
         nodes = props["nodes"]
         runs: dict[str, ProbeRun] = {}
         if nodes:
@@ -249,7 +275,10 @@ class GpuBaselineProvider(ResourceProvider):
             if not any(r.document is not None for r in runs.values()):
                 raise FleetError("GPU baseline: not one node could be probed:\n"
                                  + "\n".join(f"  - {runs[n['name']].failure}" for n in nodes))
-        return {**inputs_of(props), **baseline_outputs(fleet_verdict(props, runs))}
+        fv = fleet_verdict(props, runs)
+        if refresh:
+            fv = not_known_yet(props, runs, fv)
+        return {**inputs_of(props), **baseline_outputs(fv)}
 
     @_entry
     def create(self, props: Props) -> CreateResult:
@@ -262,12 +291,14 @@ class GpuBaselineProvider(ResourceProvider):
     @_entry
     def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
         changed = [k for k in INPUT_KEYS if olds.get(k) != news.get(k)]
+        if any((v or {}).get("verdict") == UNKNOWN for v in (olds.get("verdicts") or {}).values()):
+            changed.append("verdicts")  # a refresh found a prerequisite missing: probe again
         return DiffResult(changes=bool(changed), replaces=[], stables=[],
                           delete_before_replace=False)
 
     @_entry
     def read(self, id_: str, props: Props) -> ReadResult:
-        return ReadResult(id_=id_, outs=self.run(props))
+        return ReadResult(id_=id_, outs=self.run(props, refresh=True))
 
     def delete(self, _id: str, props: Props) -> None:
         return None  # probing changed nothing on the nodes
