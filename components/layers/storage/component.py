@@ -143,6 +143,9 @@ class Storage(pulumi.ComponentResource):
                     f"  {n}: {'; '.join(r)}" for n, r in reasons.items()), resource=self)
 
         clients.reasons.apply(warn)
+        datasets.health.apply(lambda h: pulumi.log.warn(
+            f"storage: pool {st.pool} is {h}: it still serves, but has lost redundancy (zpool status "
+            f"{st.pool})", resource=self) if h and h != "ONLINE" else None)
         self.outputs = StorageOutputs(
             gate=Gate("storage", frozenset(n.name for n in nodes), clients.passed, clients.reasons),
             job_paths=JobPaths(marker=f"{st.models.client_mount}/{MARKER}",
