@@ -10,6 +10,7 @@ after an apt simulation proves nothing else would go with them.
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Optional
 
 import pulumi
@@ -18,7 +19,7 @@ from pulumi.dynamic import Resource
 
 from ..scripts import script
 from ..transport.command import Piece, sh
-from .base import HostPrimitive, Observed, PlanRefused, Props, Step, _entry
+from .base import HostPrimitive, Observed, PlanRefused, Props, Step, _entry, target_of
 
 APT_ENV = ["env", "DEBIAN_FRONTEND=noninteractive", "NEEDRESTART_MODE=a"]
 #: apt waits for another apt on the same host (two package sets of two layers) instead of failing
@@ -54,6 +55,19 @@ def parse_apt_simulation(stdout: str) -> set[str]:
         if len(parts) >= 2 and parts[0] in ("Remv", "Purg"):
             out.add(parts[1].split(":")[0])
     return out
+
+
+#: one package operation per host at a time in this provider process (which serves every
+#: dynamic resource of a deployment): a set records what its install added as the packages
+#: that appeared meanwhile, so another layer's set installing on the same host at the same
+#: time would be counted in (and purged on its rollback)
+_HOST_LOCKS: dict[str, threading.Lock] = {}
+_HOST_LOCKS_GUARD = threading.Lock()
+
+
+def host_lock(host: str) -> threading.Lock:
+    with _HOST_LOCKS_GUARD:
+        return _HOST_LOCKS.setdefault(host, threading.Lock())
 
 
 class PackageSetProvider(HostPrimitive):
@@ -113,6 +127,10 @@ class PackageSetProvider(HostPrimitive):
 
     def apply(self, props: Props, record: Props) -> Props:
         """Apply, then record every package the install added (dependencies included)."""
+        with host_lock(target_of(props).name):
+            return self._apply(props, record)
+
+    def _apply(self, props: Props, record: Props) -> Props:
         conn = self._conn(props)
         first = self.probe(conn, props)
         before = set(first["installed"])
@@ -139,6 +157,10 @@ class PackageSetProvider(HostPrimitive):
 
     @_entry
     def delete(self, _id: str, props: Props) -> None:
+        with host_lock(target_of(props).name):
+            self._delete(props)
+
+    def _delete(self, props: Props) -> None:
         conn = self._conn(props)
         obs = self.probe(conn, props)
         added = [n for n in props.get("added", []) if n in obs["installed"]]

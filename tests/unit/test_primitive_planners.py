@@ -233,3 +233,39 @@ def test_adopted_command_effect_is_not_undone():
     props = {"create": ["touch", "/x"], "verify": ["test", "-e", "/x"], "delete": ["rm", "/x"]}
     assert [list(s.argv) for s in p.plan_delete(props, {"verified": True})] == [["rm", "/x"]]
     assert p.plan_delete({**props, "preexisting": True}, {"verified": True}) == []
+
+
+def test_package_sets_on_one_host_never_apply_at_once(monkeypatch):
+    """Two layers' package sets on one host: each records what appeared during its own install,
+    so they must not overlap (the lab once recorded slurmd and libc-bin as a storage set's)."""
+    import threading
+    import time
+
+    from components.providers import packages
+
+    active: dict[str, int] = {}
+    overlaps: list[str] = []
+    guard = threading.Lock()
+
+    def slow_apply(self, props, record):
+        host = props["conn"]["name"]
+        with guard:
+            active[host] = active.get(host, 0) + 1
+            if active[host] > 1:
+                overlaps.append(host)
+        time.sleep(0.05)
+        with guard:
+            active[host] -= 1
+        return {}
+
+    monkeypatch.setattr(packages.PackageSetProvider, "_apply", slow_apply)
+    p = packages.PackageSetProvider()
+    props = [{"conn": {"name": h, "address": "10.0.0.1"}, "packages": {}} for h in ("a", "a", "a", "b", "b")]
+    threads = [threading.Thread(target=p.apply, args=(pr, {})) for pr in props]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert overlaps == []
+    assert time.monotonic() - t0 < 0.05 * 5  # hosts a and b still in parallel
