@@ -1,0 +1,39 @@
+"""Hosts wiped and booted again under the same names and addresses, with the stack's state
+still recording them (`lab down; lab up; make lab`): the first `up --refresh` converges.
+
+Before, the refresh probed the GPU baseline before pynvml was back on the nodes, judged every
+node failed, rendered a slurm.conf without nodes, and only the isolated slurmctld validation
+stopped the rollout. Now such a refresh records the nodes as "not known yet", and the same run
+probes them again once the layer has put pynvml back (issue 17, part 1).
+"""
+
+from __future__ import annotations
+
+import json
+
+from tests.pulumi_cli import PulumiProject
+
+from .conftest import lab_command
+from .test_slurm_cluster import NODES
+
+
+def test_lab_down_up_then_one_up_refresh_converges(lab, lab_session, tmp_path):
+    proj = PulumiProject.copy_of_repo(tmp_path)
+    proj.init_stack("lab")
+    try:
+        proj.run("up", "--yes", "--stack", "lab", "--skip-preview", timeout=1200)
+        lab_session.exclusive()  # no other test session is using the hosts
+        try:
+            lab_command("down", timeout=300)
+            lab_command("up")
+        finally:
+            lab_session.shared()
+        p = proj.run("up", "--yes", "--stack", "lab", "--refresh", "--skip-preview", check=False, timeout=1200)
+        assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+        out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
+        assert out["admission"] == {"admitted": NODES, "refused": {}}
+        assert out["gpu"]["healthyNodes"] == NODES
+        assert out["canary"]["passed"] is True
+        proj.run("preview", "--stack", "lab", "--expect-no-changes")
+    finally:
+        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
