@@ -38,11 +38,14 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvide
 from pulumi.output import Unknown
 
 from ..errors import FleetError
+from . import readable
 from ..transport import Connection, SshTarget, connection
 from ..transport.command import Piece, display
 
 Props = dict[str, Any]
 Observed = dict[str, Any]
+
+readable.install()  # in the engine's provider process: FleetErrors without SDK frames
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,9 @@ def test_failed_canary_leaves_the_rest_of_the_fleet_untouched(project):
     assert p.returncode != 0
     assert "canary acceptance on node1 failed" in p.stdout and "job root is not writable" in p.stdout, \
         p.stdout[-3000:]
+    # one readable block: the resource, then our message; no SDK frames before it
+    assert "Traceback" not in p.stdout + p.stderr and "pulumi/dynamic/__main__.py" not in p.stdout, \
+        p.stdout[-3000:]
     for n in REST:
         assert not installed(n, "slurmd"), n
     assert installed("node1", "slurmd")
