@@ -136,3 +136,38 @@ def test_a_client_seeing_an_empty_directory_fails_on_the_marker():
 def test_root_not_squashed_on_the_data_store_fails():
     fails = judge_client(CLIENT, client_out(data_write=("written uid=0", "cleaned")), GUIDS)
     assert fails == ["root's write into the data store landed as uid=0, expected uid=65534 (root_squash)"]
+
+
+SERVER = {"server": "ganesha", "layer": {"enabled": True, "clients": "10.0.0.0/24", "server": "ganesha",
+                                         "client": "fuse-libnfs"},
+          "stores": [{"duty": "models", "dataset": "ai/models", "mountpoint": "/srv/ai/models", "export_id": 1},
+                     {"duty": "data", "dataset": "ai/data", "mountpoint": "/srv/ai/data", "export_id": 2}]}
+
+
+def server_out(data_mounted=True, data_clients="10.0.0.0/24"):
+    data_mount = ('TARGET="/srv/ai/data" SOURCE="ai/data" FSTYPE="fuse.zfs" OPTIONS="rw"' if data_mounted
+                  else 'TARGET="/" SOURCE="overlay" FSTYPE="overlay" OPTIONS="rw"')
+    return "\n".join([
+        "== mount ai/models", 'TARGET="/srv/ai/models" SOURCE="ai/models" FSTYPE="fuse.zfs" OPTIONS="ro"',
+        "== ganesha 1", 'method return time=1 sender=:1.7 -> destination=:1.8 serial=4 reply_serial=2 uint16 1 '
+        'string "/srv/ai/models" string "/models" string "" array [ struct { string "10.0.0.0/24" int32 0 } ]',
+        "== mount ai/data", data_mount,
+        "== ganesha 2", 'method return time=1 sender=:1.7 -> destination=:1.8 serial=4 reply_serial=2 uint16 2 '
+        f'string "/srv/ai/data" string "/data" string "" array [ struct {{ string "{data_clients}" int32 0 }} ]',
+        "== end"])
+
+
+def test_the_server_view_passes_and_records_what_ganesha_exports():
+    from components.layers.storage.checks import judge_server
+
+    facts, fails = judge_server(SERVER, server_out())
+    assert fails == []
+    assert facts["data"] == {"path": "/srv/ai/data", "pseudo": "/data", "clients": ["10.0.0.0/24"]}
+
+
+def test_the_server_view_fails_on_an_unmounted_store_and_a_wider_client():
+    from components.layers.storage.checks import judge_server
+
+    _, fails = judge_server(SERVER, server_out(data_mounted=False, data_clients="0.0.0.0/0"))
+    assert any(f.startswith("/srv/ai/data is not the mountpoint of ai/data: findmnt -T shows /") for f in fails)
+    assert any("ganesha exports /srv/ai/data to 0.0.0.0/0, expected 10.0.0.0/24 only" in f for f in fails)

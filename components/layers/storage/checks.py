@@ -27,7 +27,10 @@ from ...scripts import script, sections
 from ...transport import FanOutError, SshTarget, connection, fan_out
 from ...transport.command import sh
 from .datasets import MARKER, marker_text
-from .parse import judge_exports, parse_exportfs_v, parse_findmnt, parse_ganesha_export, parse_proc_nfsd_exports
+from .parse import (
+    judge_exports, judge_ganesha_export, judge_mounts, parse_exportfs_v, parse_findmnt, parse_ganesha_export,
+    parse_proc_nfsd_exports,
+)
 
 _EXPORTS = script(__file__, "exports_probe.sh")
 _CLIENT = script(__file__, "client_probe.sh")
@@ -36,35 +39,24 @@ SQUASHED_UID = "65534"
 
 
 def judge_server(props: Props, stdout: str) -> tuple[dict, list[str]]:
-    """Pure: the storage host's probe -> (facts, failures)."""
+    """Pure: the storage host's probe -> (facts, failures), judged by parse.py's judges."""
     sec = sections(stdout)
+    st = StorageLayer.model_validate(props["layer"])
     fails, facts = [], {}
     for s in props["stores"]:
         mounts = parse_findmnt(sec.get(f"mount {s['dataset']}", ""))
-        m = mounts[0] if mounts else None
-        if m is None or m.target != s["mountpoint"] or m.source != s["dataset"]:
-            seen = f"{m.target} ({m.source}, {m.fstype})" if m else "nothing"
-            fails.append(f"{s['mountpoint']} is not the mountpoint of {s['dataset']}: findmnt -T shows {seen}")
+        fails += judge_mounts(st, s["duty"], mounts[0] if mounts else None, "server")
     if props["server"] == "ganesha":
         for s in props["stores"]:
-            text = sec.get(f"ganesha {s['export_id']}", "")
-            e = parse_ganesha_export(text)
-            if e is None:
-                fails.append(f"ganesha does not export {s['mountpoint']} (export {s['export_id']}): "
-                             f"{text.strip()[:300] or 'no answer'}")
-                continue
-            facts[s["duty"]] = {"path": e.path, "pseudo": e.pseudo, "clients": list(e.clients)}
-            if (e.path, e.pseudo) != (s["mountpoint"], s["pseudo"]):
-                fails.append(f"ganesha export {s['export_id']} is {e.path} as {e.pseudo}, expected "
-                             f"{s['mountpoint']} as {s['pseudo']}")
-            if list(e.clients) != [props["clients"]]:
-                fails.append(f"ganesha exports {e.path} to {', '.join(e.clients) or 'nobody'}, expected "
-                             f"{props['clients']} only")
+            e = parse_ganesha_export(sec.get(f"ganesha {s['export_id']}", ""))
+            if e is not None:
+                facts[s["duty"]] = {"path": e.path, "pseudo": e.pseudo, "clients": list(e.clients)}
+            fails += judge_ganesha_export(st, s["duty"], e)
     else:
         exported = parse_exportfs_v(sec.get("exportfs", ""))
         facts = {"exportfs": {p: {c: sorted(o) for c, o in cl.items()} for p, cl in exported.items()},
                  "nfsd": {p: sorted(cl) for p, cl in parse_proc_nfsd_exports(sec.get("nfsd", "")).items()}}
-        fails += judge_exports(StorageLayer.model_validate(props["layer"]), exported)
+        fails += judge_exports(st, exported)
     return facts, fails
 
 

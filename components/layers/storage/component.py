@@ -42,11 +42,10 @@ from ..acceptance.gate import JobPaths
 from .checks import ClientCheck, ExportCheck
 from .datasets import MARKER, ZfsDatasets
 from .render import (
-    EXPORT_IDS, EXPORTS_FILE, GANESHA_CONF, MOUNTED_CHECK, PSEUDO, render_exports, render_ganesha_conf,
+    DUTIES, EXPORT_IDS, EXPORTS_FILE, GANESHA_CONF, MOUNTED_CHECK, PSEUDO, render_exports, render_ganesha_conf,
     render_ganesha_dropin, render_mount_unit, render_nfs_server_dropin,
 )
 
-DUTIES = ("models", "data")
 #: the data store's directory that jobs write into
 JOB_DIR = "jobs"
 
