@@ -1,0 +1,1 @@
+"""The model snapshot layer: a pinned Hugging Face revision downloaded, proven and published on storage."""
