@@ -7,7 +7,7 @@ import pulumi
 from components.config import load_stack_config, stack_file
 from components.errors import FleetError
 from components.fleet import Fleet, FleetSecrets
-from components.stack_secrets import required_secret
+from components.stack_secrets import optional_secret, required_secret
 
 stack = pulumi.get_stack()
 try:
@@ -16,7 +16,8 @@ try:
     secrets = FleetSecrets(
         munge_key=required_secret("munge_key", stack_file(stack)) if cfg.slurm.enabled else None,
         db_password=required_secret("db_password", stack_file(stack)) if acct else None,
-        jwt_key=required_secret("jwt_key", stack_file(stack)) if acct else None)
+        jwt_key=required_secret("jwt_key", stack_file(stack)) if acct else None,
+        hf_token=optional_secret("hf_token", stack_file(stack)) if cfg.model_snapshot.enabled else None)
 except FleetError as e:
     # RunError ends the program with the message alone, before any resource exists.
     raise pulumi.RunError(str(e)) from None
@@ -28,6 +29,8 @@ if fleet.storage is not None:
     pulumi.export("storage", fleet.storage.output())
 if fleet.gpu is not None:
     pulumi.export("gpu", fleet.gpu.output())
+if fleet.model is not None:
+    pulumi.export("modelSnapshot", fleet.model.output())
 if fleet.slurm is not None:
     pulumi.export("slurmNodes", fleet.slurm.admitted)
 if fleet.accounting is not None:

@@ -29,6 +29,7 @@ from .layers.acceptance.component import Acceptance, AcceptanceInputs
 from .layers.acceptance.gate import JobPaths
 from .layers.accounting.component import Accounting, AccountingInputs
 from .layers.gpu_runtime.component import GpuRuntime, GpuRuntimeInputs
+from .layers.model_snapshot.component import ModelSnapshot, ModelSnapshotInputs
 from .layers.slurm.component import SlurmCluster, SlurmInputs
 from .layers.storage.component import Storage, StorageInputs
 
@@ -40,6 +41,8 @@ class FleetSecrets:
     munge_key: Optional[pulumi.Output[str]] = None
     db_password: Optional[pulumi.Output[str]] = None
     jwt_key: Optional[pulumi.Output[str]] = None
+    #: the hub token, where the model's repository needs one
+    hf_token: Optional[pulumi.Output[str]] = None
 
 
 class Fleet(pulumi.ComponentResource):
@@ -59,7 +62,8 @@ class Fleet(pulumi.ComponentResource):
         gates = []
         job_paths = JobPaths()
         if cfg.storage.enabled:
-            self.storage = Storage(StorageInputs(cfg, root), child).outputs
+            self.storage = Storage(StorageInputs(cfg, root, models_writable=cfg.model_snapshot.enabled),
+                                   child).outputs
             gates.append(self.storage.gate)
             job_paths = self.storage.job_paths
         self.gpu = None
@@ -67,6 +71,14 @@ class Fleet(pulumi.ComponentResource):
             self.gpu = GpuRuntime.for_stack(GpuRuntimeInputs(cfg, root), opts=child).outputs
             gates.append(self.gpu.gate)
         self.admission: Admission = admit(cfg, gates)
+        # the model downloads beside the Slurm rollout (it needs only the store); the final
+        # acceptance reads its marker, the Slurm layer's canary-first gate does not wait for it
+        self.model = None
+        final_paths = job_paths
+        if cfg.model_snapshot.enabled and self.storage is not None:
+            self.model = ModelSnapshot(ModelSnapshotInputs(cfg, root, self.storage, secrets.hf_token),
+                                       child).outputs
+            final_paths = self.model.job_paths
 
         self.slurm = self.accounting = self.acceptance = None
         if not (cfg.slurm.enabled and secrets.munge_key is not None):
@@ -86,6 +98,8 @@ class Fleet(pulumi.ComponentResource):
             after.append(self.accounting.checked)
         else:
             hand_over(pulumi.Output.from_input([]))
+        if self.model is not None:
+            after.append(self.model.view)
         self.acceptance = Acceptance(AcceptanceInputs(
-            cfg, root, self.slurm.admitted, after, self.slurm.triggers, accounting, job_paths), child).outputs
+            cfg, root, self.slurm.admitted, after, self.slurm.triggers, accounting, final_paths), child).outputs
         self.register_outputs({"summary": self.summary})

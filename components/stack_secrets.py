@@ -64,6 +64,15 @@ def check_secret(key: str, value: str, source: str) -> None:
             f"{PROJECT}:{key}` (or remove it and run `make stack` to generate one)"])
 
 
+def optional_secret(key: str, source: str):
+    """The secret's Output when the stack sets it (refused in plain text), else None."""
+    from pulumi.runtime.config import get_config
+
+    if get_config(f"{PROJECT}:{key}") is None:
+        return None
+    return required_secret(key, source)
+
+
 def required_secret(key: str, source: str):
     """The secret's Output in a running program; refuses a missing, plain-text or unusable value
     (before any resource is declared: config values are known in preview)."""

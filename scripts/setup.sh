@@ -72,6 +72,30 @@ if ! command -v shellcheck >/dev/null; then
   log "  manager's shellcheck, or a release from https://github.com/koalaman/shellcheck/releases)"
 fi
 
+# --- 1c. the model downloader's wheels for the storage host --------------------
+# The model snapshot layer installs huggingface_hub on the storage host from these wheels
+# (pip --no-index --require-hashes there): hosts need no package index. Fetched for the hosts'
+# Python (Debian bookworm: CPython 3.11, x86_64) and cached machine-wide keyed by the
+# requirements file; the tarball is deterministic, so the stack records one SHA-256 for it.
+DL_REQ=components/layers/model_snapshot/downloader.txt
+DL_DIR="$CACHE/model-downloader/$(sha256sum "$DL_REQ" | cut -c1-16)"
+if [ ! -f "$DL_DIR/wheels.tar" ]; then
+  log "fetching the model downloader's wheels ($DL_REQ)"
+  rm -rf "$DL_DIR.tmp.$$" && mkdir -p "$DL_DIR.tmp.$$/wheels"
+  .venv/bin/pip download --disable-pip-version-check -q --no-deps --require-hashes --only-binary=:all: \
+    --python-version 3.11 --implementation cp --abi cp311 --platform manylinux2014_x86_64 \
+    --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
+    -d "$DL_DIR.tmp.$$/wheels" -r "$DL_REQ" || die "pip download of $DL_REQ failed"
+  cp "$DL_REQ" "$DL_DIR.tmp.$$/wheels/requirements.txt"
+  tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -C "$DL_DIR.tmp.$$" \
+    -cf "$DL_DIR.tmp.$$/wheels.tar" wheels
+  rm -rf "$DL_DIR.tmp.$$/wheels" && mkdir -p "$(dirname "$DL_DIR")"
+  rm -rf "$DL_DIR" && mv "$DL_DIR.tmp.$$" "$DL_DIR"
+else
+  log "model downloader wheels cached at $DL_DIR"
+fi
+mkdir -p .tools/model-downloader && ln -sfn "$DL_DIR/wheels.tar" .tools/model-downloader/wheels.tar
+
 # --- 2. the Pulumi CLI --------------------------------------------------------
 command -v go >/dev/null || die "Go is required to build the Pulumi CLI (none on PATH)"
 export GOFLAGS="${GOFLAGS:--buildvcs=false}"

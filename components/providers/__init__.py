@@ -8,6 +8,7 @@ from .account import Account
 from .command import CommandWithVerify
 from .file import File
 from .packages import PackageSet
+from .payload import Payload
 from .systemd import SystemdUnit
 
-__all__ = ["Account", "CommandWithVerify", "File", "PackageSet", "SystemdUnit"]
+__all__ = ["Account", "CommandWithVerify", "File", "PackageSet", "Payload", "SystemdUnit"]

@@ -39,11 +39,12 @@ def norm_mode(mode: str) -> str:
     return format(int(str(mode), 8), "o")
 
 
-def write_step(path: str, content: str, owner: str, group: str, mode: str,
+def write_step(path: str, content: str | bytes, owner: str, group: str, mode: str,
                validate: Optional[Sequence[str]] = None, secret: bool = False,
                why: str = "write") -> Step:
     return Step(sh(_WRITE, path, owner, group, norm_mode(mode), *(validate or [])),
-                f"{why} {path}", stdin=content.encode(), stdin_secret=secret)
+                f"{why} {path}", stdin=content if isinstance(content, bytes) else content.encode(),
+                stdin_secret=secret)
 
 
 def parse_file_probe(stdout: str) -> Observed:
@@ -76,8 +77,15 @@ class FileProvider(HostPrimitive):
     def parse(self, props: Props, stdout: str) -> Observed:
         return parse_file_probe(stdout)
 
+    def digest(self, props: Props) -> str:
+        """The SHA-256 the host's file must have."""
+        return sha256_text(props["content"])
+
+    def content(self, props: Props) -> str | bytes:
+        return props["content"]
+
     def desired(self, props: Props) -> dict[str, Any]:
-        return {"present": True, "sha256": sha256_text(props["content"]),
+        return {"present": True, "sha256": self.digest(props),
                 "mode": norm_mode(props.get("mode", "0644")),
                 "owner": props.get("owner", "root"), "group": props.get("group", "root")}
 
@@ -100,7 +108,7 @@ class FileProvider(HostPrimitive):
             steps.append(Step(sh('mkdir -p -- "$(dirname -- "$2")" && cp -p -- "$1" "$2"',
                                  path, backup_path(path)), f"keep the original {path}"))
         if obs["kind"] == "absent" or obs.get("sha256") != want["sha256"]:
-            steps.append(write_step(path, props["content"], want["owner"], want["group"],
+            steps.append(write_step(path, self.content(props), want["owner"], want["group"],
                                     want["mode"], props.get("validate"),
                                     bool(props.get("secret")), "write"))
             return steps

@@ -214,7 +214,6 @@ def test_accounting_backups_must_live_outside_the_datadir(fleet14_config):
 NOT_BUILT_SECTIONS = {
     "web": {"enabled": True, "listen_address": "0.0.0.0"},
     "k3s_retirement": {"enabled": True, "retire": ["gpu01"]},
-    "model_snapshot": {"repo_id": "org/model", "revision": "main"},
     "guards": {"enabled": True},
     "tenancy": {"enabled": False},
 }

@@ -58,6 +58,9 @@ def _sha(text: str) -> str:
 class StorageInputs:
     cfg: FleetConfig
     root: Path
+    #: a layer writes into the models dataset on the storage host (the model snapshot
+    #: layer's staging and publish): it stays read-only for the nodes, through the export
+    models_writable: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,8 @@ class Storage(pulumi.ComponentResource):
             "storage-datasets", conn=conn, pool=st.pool,
             datasets=[{"duty": d, "name": s.dataset, "mountpoint": s.mountpoint,
                        "properties": {"mountpoint": s.mountpoint, "canmount": "on", "sharenfs": "off",
-                                      "readonly": "on" if d == "models" else "off"}}
+                                      "readonly": "on" if d == "models" and not inputs.models_writable
+                                                  else "off"}}
                       for d, s in stores.items()],
             data_dirs=list(st.data_dirs), opts=after())
         server = self._server(cfg, conn, datasets, after)

@@ -4,7 +4,9 @@ The pool is the admin's: it is checked (imported, healthy), never created or des
 Each dataset is created when missing with its `mountpoint`, `canmount=on` and
 `sharenfs=off` (ZFS must never manage an export this layer manages too), and its
 properties are set when they drift; the models dataset is `readonly=on`, read back from
-the mount as well as the property (zfs-fuse keeps a rw mount while saying `off temporary`).
+the mount as well as the property (zfs-fuse keeps a rw mount while saying `off temporary`),
+unless a layer publishes into it on the storage host (the model snapshot layer: the nodes
+still see it read-only, through the export).
 Each store holds a marker with the dataset's name and GUID, so a client proves it sees
 this dataset and not a directory of the same name.
 
@@ -30,6 +32,7 @@ from .parse import parse_findmnt, parse_zfs_get, parse_zpool_list, pool_problem
 _PROBE = script(__file__, "datasets_probe.sh")
 _MARKER = script(__file__, "marker.sh")
 _READONLY = script(__file__, "readonly.sh")
+_WRITABLE = script(__file__, "writable.sh")
 MARKER = ".gpu-fleet-store"
 #: mode of the data store's directories: every job user writes there, only owners remove
 DIR_MODE = "1777"
@@ -116,6 +119,8 @@ class ZfsDatasetsProvider(HostPrimitive):
         m = seen["mount"]
         if store["properties"]["readonly"] == "on" and m and "ro" not in m["options"]:
             drift["readonly"] = "on"
+        if store["properties"]["readonly"] == "off" and m and "ro" in m["options"]:
+            drift["readonly"] = "off"
         return drift
 
     def plan(self, props: Props, obs: Observed, record: Props) -> list[Step]:
@@ -144,8 +149,11 @@ class ZfsDatasetsProvider(HostPrimitive):
                     steps.append(Step(["zfs", "set", f"{k}={v}", ds], f"{ds}: {k} is {seen['props'].get(k)}"))
             if seen["marker"] != marker_text(ds, seen["props"].get("guid")):
                 steps.append(Step(sh(_MARKER, ds, mp), f"mark {ds} with its GUID"))
-            if "readonly" in drift:
+            if drift.get("readonly") == "on":
                 steps.append(Step(sh(_READONLY, ds, mp), f"make {ds} read-only (the mount is writable)"))
+            elif drift.get("readonly") == "off":
+                steps.append(Step(sh(_WRITABLE, ds, mp), f"make {ds} writable on the storage host "
+                                                         "(a layer publishes into it)"))
         data = next(s["mountpoint"] for s in props["datasets"] if s["duty"] == "data")
         for d, mode in obs["dirs"].items():
             if mode != DIR_MODE:

@@ -1,0 +1,133 @@
+"""The model snapshot layer: one pinned revision, downloaded once, proven, published atomically,
+read-only on every node (the seed's 模型只下载一次).
+
+On the storage host, in order:
+
+1. the downloader: a venv with huggingface_hub from wheels the layer ships (`Payload`:
+   the stack records the tarball's SHA-256, not its bytes; pip installs with
+   `--no-index --require-hashes`), its scripts, its config and the token file (a Pulumi
+   secret, 0600), and a oneshot unit that never starts at boot;
+2. `Snapshot`: while the revision is not published, `pulumi up` starts the unit and waits:
+   download into `<models>/<staging_dir>/<repo>/<revision>` (resuming partial files,
+   skipping finished ones), a manifest of every file's size and SHA-256 proven against the
+   hub's listing (huggingface_hub itself checks sizes only), the safetensors headers
+   checked, then one rename to `<models>/<repo>/<revision>`: a rename on one filesystem is
+   atomic (the path shows the whole snapshot or nothing) and costs no copy of 144 GB; a ZFS
+   clone would be a filesystem of its own, which a kernel nfsd exports only with
+   `crossmnt` and ganesha does not see until it re-reads its exports. Then, on every
+   rollout, the independent check of the published tree.
+3. `SnapshotView`: every node that mounts the store sees the manifest's files with their
+   sizes and cannot write into the snapshot. The acceptance job reads its marker from it.
+
+Rollback removes the unit, the scripts, the config, the token and the venv; the published
+snapshot and any partial download stay (a later `up` reuses them).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import pulumi
+
+from ...config import FleetConfig
+from ...errors import FleetError
+from ...hosts import conn_input
+from ...providers import CommandWithVerify, File, PackageSet, Payload, SystemdUnit
+from ...scripts import script, script_path
+from ...transport.command import sh
+from ..acceptance.gate import JobPaths
+from ..storage.component import StorageOutputs
+from .render import CONFIG, HOME, MANIFEST, TOKEN, UNIT, VENV, WHEELS, Places, render_config, render_unit
+from .snapshot import Snapshot, SnapshotView
+
+_VENV = script(__file__, "venv.sh")
+#: the wheels tarball scripts/setup.sh builds (relative to the project root)
+WHEELS_TARBALL = ".tools/model-downloader/wheels.tar"
+REQUIREMENTS = Path(__file__).resolve().parent / "downloader.txt"
+
+
+def hub_version() -> str:
+    """The huggingface_hub version the downloader's requirements pin."""
+    m = re.search(r"^huggingface-hub==(\S+)", REQUIREMENTS.read_text(), re.M)
+    assert m, f"{REQUIREMENTS} pins no huggingface-hub"
+    return m.group(1)
+
+
+@dataclass(frozen=True)
+class ModelSnapshotInputs:
+    cfg: FleetConfig
+    root: Path
+    storage: StorageOutputs
+    token: Optional[pulumi.Output[str]] = None
+
+
+@dataclass(frozen=True)
+class ModelSnapshotOutputs:
+    snapshot: Snapshot
+    view: SnapshotView
+    #: what the final acceptance job reads (the snapshot's marker) and must fail to write
+    job_paths: JobPaths
+
+    def output(self) -> pulumi.Output[dict]:
+        s = self.snapshot
+        return pulumi.Output.all(s.manifest_sha256, s.checks, s.download, self.view.seen_by).apply(
+            lambda t: {"manifestSha256": t[0], "checks": t[1], "download": t[2], "seenBy": t[3]})
+
+
+class ModelSnapshot(pulumi.ComponentResource):
+    """The pinned model revision on the storage host's models store, seen by every node."""
+
+    def __init__(self, inputs: ModelSnapshotInputs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-fleet:model:ModelSnapshot", "model-snapshot", None, opts)
+        cfg, root, m = inputs.cfg, inputs.root, inputs.cfg.model_snapshot
+        conn = conn_input(cfg.hosts.storage, cfg.ssh, root)
+        after = lambda *deps: pulumi.ResourceOptions(parent=self, depends_on=[*deps])  # noqa: E731
+        tarball = root / WHEELS_TARBALL
+        if not tarball.is_file():
+            raise FleetError(f"model snapshot: the downloader's wheels ({tarball}) are missing; run "
+                             "`make setup` (it fetches them for the storage host)")
+        places = Places.of(cfg)
+
+        first: list[pulumi.Resource] = [inputs.storage.datasets]
+        if m.packages:
+            first = [PackageSet("model-downloader-packages", conn=conn, packages=dict(m.packages), hold=True,
+                                opts=after(*first))]
+        wheels = Payload("model-downloader-wheels", conn=conn, path=WHEELS, source=tarball, opts=after(*first))
+        version = hub_version()
+        venv = CommandWithVerify(
+            "model-downloader-venv", conn=conn, create=sh(_VENV, VENV, WHEELS),
+            verify=[f"{VENV}/bin/python", "-c", "import sys, huggingface_hub as h; "
+                    f"sys.exit(h.__version__ != {version!r})"],
+            delete=["rm", "-rf", "--", VENV], triggers={"wheels": wheels.sha256}, opts=after(wheels))
+        files = [File(f"model-downloader-{name.replace('.', '-')}", conn=conn, path=f"{HOME}/{name}",
+                      content=path.read_text(), mode="0755", opts=after(venv))
+                 for name, path in (("download.py", Path(__file__).with_name("download.py")),
+                                    ("verify.py", Path(__file__).with_name("verify.py")),
+                                    ("publish.sh", script_path(__file__, "publish.sh")))]
+        files.append(File("model-downloader-config", conn=conn, path=CONFIG,
+                          content=render_config(cfg, inputs.token is not None), opts=after(venv)))
+        if inputs.token is not None:
+            files.append(File("model-downloader-token", conn=conn, path=TOKEN, content=inputs.token, mode="0600",
+                              secret=True, opts=after(venv)))
+        unit_text = render_unit(cfg)
+        unit = SystemdUnit("model-downloader-unit", conn=conn, unit=UNIT, content=unit_text, enabled=False,
+                           active=False, opts=after(*files))
+        snapshot = Snapshot(
+            "model-snapshot", conn=conn, repo_id=m.repo_id, revision=m.revision, unit=UNIT,
+            python=f"{VENV}/bin/python", verify=f"{HOME}/verify.py", stage=places.stage, state=places.state,
+            dest=places.dest, manifest=f"{places.dest}/{MANIFEST}", marker=m.marker, timeout_s=m.timeout_s,
+            triggers={"store": inputs.storage.datasets.guids}, opts=after(unit))
+        nodes = cfg.slurm_nodes()
+        view = SnapshotView(
+            "model-snapshot-view", conn=conn, nodes=[conn_input(n, cfg.ssh, root) for n in nodes],
+            on=inputs.storage.clients.passed, path=places.client, marker=m.marker, files=snapshot.files,
+            max_parallel=cfg.ssh.max_parallel, triggers={"manifest": snapshot.manifest_sha256},
+            opts=after(snapshot, inputs.storage.clients))
+        self.outputs = ModelSnapshotOutputs(
+            snapshot=snapshot, view=view,
+            job_paths=JobPaths(marker=f"{places.client}/{m.marker}",
+                               job_root=inputs.storage.job_paths.job_root, readonly_probe=places.client))
+        self.register_outputs({})
