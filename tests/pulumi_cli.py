@@ -40,6 +40,8 @@ class PulumiProject:
         # The lab stack names its key and known_hosts relative to the project root.
         (proj.dir / ".state").mkdir()
         (proj.dir / ".state" / "lab").symlink_to(ROOT / ".state" / "lab")
+        # what `make setup` built for the hosts (the model downloader's wheels)
+        (proj.dir / ".tools").symlink_to(ROOT / ".tools")
         return proj
 
     def ensure_secrets(self, stack: str) -> None:

@@ -11,6 +11,13 @@ revision or repository the hub does not have, or a listing that differs from wha
 expects, stops before anything is written. Progress goes to the journal every 15 s;
 `status.json` sums it up for the layer (what was there before, what was fetched).
 
+huggingface_hub resumes a file only within one process (each attempt writes a new
+`<etag>.<random>.incomplete`), so a download killed half way would fetch its large files
+again from byte 0. `resume_partials` continues the largest partial of each unfinished LFS
+file with the library's own `http_get(resume_size=...)` (a Range request) and moves it into
+place; snapshot_download then finds the file, checks its SHA-256 against the hub's ETag and
+skips it.
+
 Exit codes: 0 done, 2 bad config, 3 the hub does not have it, 4 the listing is not what the
 stack expects, 5 the staging store is full, 6 the hub failed every attempt.
 """
@@ -69,6 +76,37 @@ def progress(stage: Path, files: list[dict], total: int, stop: threading.Event) 
         last = have
         log(f"progress: {done}/{len(files)} files, {have}/{total} bytes "
             f"({100 * have / max(total, 1):.1f} %), {rate:.1f} MB/s, {time.monotonic() - start:.0f} s")
+
+
+def resume_partials(cfg: dict, token, stage: Path, files: list[dict]) -> dict[str, int]:
+    """Finish the unfinished LFS files from their largest partial download: {path: from byte}."""
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub._local_folder import get_local_download_paths
+    from huggingface_hub.file_download import http_get
+    from huggingface_hub.utils import build_hf_headers
+
+    resumed = {}
+    for f in files:
+        dest = stage / f["path"]
+        if not f["sha256"] or (dest.is_file() and dest.stat().st_size == f["size"]):
+            continue
+        base = get_local_download_paths(stage, f["path"]).incomplete_path(f["sha256"])
+        partials = sorted(base.parent.glob(f"{base.stem}.*.incomplete"), key=lambda p: p.stat().st_size)
+        if not partials or not 0 < partials[-1].stat().st_size < f["size"]:
+            continue
+        keep, offset = partials[-1], partials[-1].stat().st_size
+        log(f"resuming {f['path']} from byte {offset} of {f['size']}")
+        with open(keep, "ab") as out:
+            http_get(hf_hub_url(cfg["repo_id"], f["path"], revision=cfg["revision"], endpoint=cfg["endpoint"]),
+                     out, resume_size=offset, headers=build_hf_headers(token=token), expected_size=f["size"])
+        if keep.stat().st_size != f["size"]:
+            raise OSError(f"{f['path']}: resumed to {keep.stat().st_size} bytes, expected {f['size']}")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(keep, dest)
+        for stale in partials[:-1]:  # older attempts' partials of the same file: superseded
+            stale.unlink(missing_ok=True)
+        resumed[f["path"]] = offset
+    return resumed
 
 
 def full(e: BaseException) -> bool:
@@ -141,6 +179,7 @@ def main(argv: list[str]) -> int:
         for attempt in range(1, attempts + 1):
             status["attempts"] = attempt
             try:
+                status.setdefault("resumed", {}).update(resume_partials(cfg, token, stage, files))
                 snapshot_download(repo, revision=rev, local_dir=stage, endpoint=cfg["endpoint"], token=token,
                                   allow_patterns=cfg.get("allow_patterns") or None,
                                   max_workers=int(cfg.get("max_workers", 8)))
