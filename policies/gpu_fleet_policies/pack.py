@@ -11,7 +11,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from . import exposure, hosts, identities, packages, relax, secrets, slurm, storage
+from . import exposure, hosts, identities, model, packages, relax, secrets, slurm, storage
 
 PACK_NAME = "gpu-fleet"
 
@@ -80,6 +80,15 @@ _SPECS = [
     ("storage-models-mount-read-only", "resource",
      "Every mount unit of the models store mounts it ro.",
      storage.validate_models_mount_readonly, Severity.HIGH),
+    ("model-revision-pinned", "resource",
+     "The model snapshot pins a 40-hex commit id, never a branch or a tag the hub can move.",
+     model.validate_revision_pinned, Severity.HIGH),
+    ("model-token-secret", "resource",
+     "The hub token file is a Pulumi secret, declared secret=True, readable by its owner only (0600).",
+     model.validate_token_secret, Severity.CRITICAL),
+    ("model-downloader-not-at-boot", "resource",
+     "The model download unit is never enabled: only `pulumi up` starts a download, never a boot.",
+     model.validate_not_at_boot, Severity.MEDIUM),
     ("hosts-slurm-membership", "stack",
      "No K3s-owned or unreachable node is in a Slurm partition (no layer hands a K3s node over yet).",
      hosts.validate_slurm_membership, Severity.HIGH),
