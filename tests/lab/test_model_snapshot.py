@@ -243,8 +243,9 @@ def test_a_truncated_safetensors_file_is_refused(model):
 def test_a_full_store_keeps_the_partial_download_and_publishes_nothing(model):
     hub = model.hub
     rev = fork(hub.root, hub.commit, "again", lambda t: None)
-    used = int(ssh("storage", "zfs get -H -p -o value used ai/models").stdout)
-    ssh("storage", f"zfs set quota={used + 40 * 2 ** 20} ai/models")
+    # room for 40 MiB more (zfs-fuse's `used` moves while earlier frees settle: read it again)
+    ssh("storage", "sync; for i in 1 2 3 4 5 6 7 8 9 10; do used=$(zfs get -H -p -o value used ai/models); "
+                   "zfs set quota=$((used + 41943040)) ai/models 2>/dev/null && exit 0; sleep 1; done; exit 1")
     try:
         _refused(model, rev, "the models store is full", "nothing published")
         kept = int(ssh("storage", f"du -sb {STAGING}/{REPO}/{rev} | cut -f1").stdout)
