@@ -170,10 +170,20 @@ def _is_commit(v: str) -> bool:
 CommitId = _checked("a 40-hex commit id", _is_commit)
 HubPattern = _checked("a file pattern (fnmatch) of letters, digits and . _ - / * ? [ ] (at most 200)",
                       r"[A-Za-z0-9._/*?\[\]-]{1,200}")
+def _is_endpoint(v: str) -> bool:
+    if re.fullmatch(r"https?://[^/]*@.*", v):
+        # never quote the value: it holds a password
+        raise ValueError("holds credentials (user:password@); give the hub token as the secret "
+                         "gpu-fleet:hf_token instead")
+    return re.fullmatch(r"https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._~/-]*)?", v) is not None and len(v) <= 300
+
+
 HttpEndpoint = _checked("an http(s) URL without credentials, query or spaces (https://huggingface.co, "
-                        "http://10.0.0.5:8900)",
-                        lambda v: re.fullmatch(r"https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._~/-]*)?", v)
-                        is not None and len(v) <= 300)
+                        "http://10.0.0.5:8900)", _is_endpoint)
+RelativeFile = _checked("a file path inside the snapshot: parts of letters, digits and . _ - joined by '/' "
+                        "(no glob characters, no '..', not absolute)",
+                        lambda v: not v.startswith("/") and _clean_path(v, "A-Za-z0-9._/-")
+                        and "" not in v.split("/"))
 Text = _checked("printable text on one line (at most 200 characters, no control characters)",
                 lambda v: 0 < len(v) <= 200 and v.isprintable())
 
@@ -410,7 +420,7 @@ class ModelSnapshotLayer(_Strict):
     #: how long one `pulumi up` waits for the download (the unit's own limit)
     timeout_s: int = Field(6 * 3600, ge=60)
     #: the file the acceptance job reads from the published snapshot
-    marker: HubPattern = "model_index.json"
+    marker: RelativeFile = "model_index.json"
     #: exact Debian packages the downloader needs on the storage host (python3-venv)
     packages: dict[PackageName, DebianVersion] = Field(default_factory=dict)
 
@@ -579,6 +589,9 @@ def _model_check(cfg: FleetConfig) -> list[str]:
     if not st.enabled:
         problems.append(f"{where}: needs the storage layer (storage.enabled): the snapshot is "
                         "published on its models dataset and nodes see it through its mounts")
+    if m.repo_id and m.repo_id.split("/")[0] == m.staging_dir:
+        problems.append(f"{where}.staging_dir: {m.staging_dir!r} is also the owner of repo_id {m.repo_id!r}; "
+                        "published snapshots would land inside the staging tree")
     return problems
 
 

@@ -194,3 +194,27 @@ def test_optional_secret(engine_config):
     engine_config({"gpu-fleet:hf_token": "hf_secrettoken"}, ["gpu-fleet:hf_token"])
     out = optional_secret("hf_token", SRC)
     assert out is not None and "hf_secrettoken" not in repr(out)
+
+
+def test_an_endpoint_with_credentials_is_refused_without_quoting_them(model_config):
+    got = problems_of(with_model(model_config, endpoint="https://alice:s3cret-pw@hub.example"))
+    assert got == ["gpu-fleet:model_snapshot.endpoint: holds credentials (user:password@); give the hub "
+                   "token as the secret gpu-fleet:hf_token instead"]
+    assert "s3cret" not in " ".join(got)
+
+
+@pytest.mark.parametrize("marker", ["../../etc/shadow", "/etc/passwd", "*.json", "a/[x]", "a//b"])
+def test_a_marker_outside_the_snapshot_or_a_pattern_is_refused(model_config, marker):
+    got = problems_of(with_model(model_config, marker=marker))
+    assert len(got) == 1 and got[0].startswith("gpu-fleet:model_snapshot.marker: "), got
+
+
+def test_a_nested_marker_is_fine(model_config):
+    cfg = parse_fleet_config(with_model(model_config, marker="transformer/config.json"), SRC)
+    assert cfg.model_snapshot.marker == "transformer/config.json"
+
+
+def test_staging_named_like_the_repos_owner_is_refused(model_config):
+    got = problems_of(with_model(model_config, repo_id="stage/model", staging_dir="stage"))
+    assert got == ["gpu-fleet:model_snapshot.staging_dir: 'stage' is also the owner of repo_id 'stage/model'; "
+                   "published snapshots would land inside the staging tree"]

@@ -479,3 +479,23 @@ def test_an_update_from_a_changed_source_fails_naming_the_path_and_writes_nothin
     artifact.write_bytes(b"v2")
     p.update("id", outs, news)
     assert target.read_bytes() == b"v2"
+
+
+def test_a_file_added_to_a_published_snapshot_fails_the_run_and_the_refresh(hosts, snap):
+    """The check reports it as extra; for a published tree that is damage (the nodes' view
+    refuses it too), so the rollout stops naming it and a refresh records not ok."""
+    p = S.SnapshotProvider()
+    outs = recorded(p.create(snap_props(snap)).outs)
+    extra = snap.dest / "added.bin"
+    os.chmod(snap.dest, 0o755)
+    extra.write_bytes(b"x")
+    assert recorded(p.read("id", outs).outs)["ok"] is False
+    with pytest.raises(FleetError, match=r"added\.bin is in the snapshot but not in its manifest"):
+        p.create(snap_props(snap))
+
+
+def test_problems_of_ignores_only_the_snapshots_own_files():
+    assert S.problems_of({"problems": [], "extra": [".gpu-fleet/manifest.json"]}) == []
+    assert S.problems_of({"problems": ["a: bad"], "extra": ["b"]}) == [
+        "a: bad", "b is in the snapshot but not in its manifest"]
+    assert S.problems_of(None) == ["verify.py check printed nothing"]

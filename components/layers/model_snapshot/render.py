@@ -67,6 +67,13 @@ def render_unit(cfg: FleetConfig) -> str:
         "[Service]",
         "Type=oneshot",
         f"TimeoutStartSec={m.timeout_s}",
+        "# root for the rename into the root-owned store, but it writes only there and to /run",
+        "NoNewPrivileges=yes",
+        "PrivateTmp=yes",
+        "ProtectHome=yes",
+        "ProtectSystem=strict",
+        f"ReadWritePaths={cfg.storage.models.mountpoint} /run",
+        "CapabilityBoundingSet=CAP_CHOWN CAP_FOWNER CAP_DAC_OVERRIDE CAP_FSETID",
         f"ExecStart={py} {HOME}/download.py {CONFIG}",
         f"ExecStart={py} {HOME}/verify.py manifest --root {p.stage} --expected {p.state}/expected.json "
         f"--repo {m.repo_id} --revision {m.revision} --out {p.state}/manifest.json --workers {m.max_workers}",

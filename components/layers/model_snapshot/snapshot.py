@@ -20,7 +20,7 @@ import pulumi
 from pulumi.dynamic import ReadResult, Resource
 
 from ...errors import FleetError
-from ...providers.base import Props, RolloutCheck, target_of
+from ...providers.base import Props, RolloutCheck, _entry, target_of
 from ...scripts import script, sections
 from ...transport import FanOutError, SshTarget, connection, fan_out
 from ...transport.command import sh
@@ -53,6 +53,15 @@ def parse_probe(stdout: str) -> dict[str, Any]:
             "manifest_sha256": sec.get("manifest-sha256", "").strip() or None,
             "files": {f["path"]: f["size"] for f in manifest.get("files", []) if isinstance(f, dict)},
             "check": check, "status": status}
+
+
+def problems_of(check: Optional[dict]) -> list[str]:
+    """What fails a published tree: the check's problems, and any file its manifest does not
+    list (besides the snapshot's own `.gpu-fleet/`): a published snapshot never gains files."""
+    if not check:
+        return ["verify.py check printed nothing"]
+    extra = [p for p in check.get("extra") or [] if not p.startswith(OWN)]
+    return list(check.get("problems") or []) + [f"{p} is in the snapshot but not in its manifest" for p in extra]
 
 
 def summary(check: dict) -> dict[str, Any]:
@@ -95,8 +104,8 @@ class SnapshotProvider(RolloutCheck):
             if not seen["published"]:
                 raise FleetError(f"host {conn.t.name}: the download unit {props['unit']} succeeded, yet "
                                  f"{props['dest']} has no manifest ({props['manifest']})")
-        problems = (seen["check"] or {}).get("problems") or ["verify.py check printed nothing"]
-        if (seen["check"] or {}).get("problems") or not seen["check"]:
+        problems = problems_of(seen["check"])
+        if problems:
             raise FleetError(
                 f"host {conn.t.name}: the published snapshot {props['dest']} fails its independent check; "
                 "the layer never modifies a published snapshot: move it aside (or restore it) and run "
@@ -108,12 +117,13 @@ class SnapshotProvider(RolloutCheck):
                 "checks": summary(seen["check"]),
                 "download": {"ran_this_up": ran, **(seen["status"] or {})}}
 
+    @_entry
     def read(self, id_: str, props: Props) -> ReadResult:
         """Refresh: the same read-only check; a snapshot gone or damaged is recorded as not ok."""
         conn = connection(target_of(props))
         conn.connect()
         seen = self._probe(conn, props)
-        ok = bool(seen["published"] and seen["check"] and not seen["check"].get("problems")
+        ok = bool(seen["published"] and not problems_of(seen["check"])
                   and seen["manifest_sha256"] == props.get("manifest_sha256"))
         return ReadResult(id_=id_, outs={**props, "ok": ok})
 
