@@ -335,7 +335,7 @@ def fake_systemctl(tmp: Path, monkeypatch, start: str) -> None:
     (bin_ / "systemctl").write_text(
         "#!/bin/sh\ncase \"$1\" in\n"
         f"  start) {start} ;;\n"
-        "  show) case \"$*\" in *InvocationID*) echo inv-1 ;; *) printf 'exit-code\\n4\\n' ;; esac ;;\n"
+        "  show) case \"$*\" in *InactiveExitTimestamp*) echo @1796130000 ;; *) printf 'exit-code\\n4\\n' ;; esac ;;\n"
         "esac\n")
     (bin_ / "journalctl").write_text("#!/bin/sh\necho \"journal $*\"\n"
                                      "echo 'error: the hub lists 9 files, the stack expects files = 7'\n")
@@ -353,7 +353,7 @@ def test_run_starts_the_unit_when_not_published_and_reports_its_failure(hosts, s
     assert msg.startswith(f"host storage: model snapshot {REPO}@{REV}: the download unit "
                           "gpu-fleet-model-download.service failed (systemctl start exit code 1); nothing is "
                           f"published at {tmp_path / 'not-yet'}, partial data stays in {props['stage']}:")
-    assert "journal --no-pager -o cat _SYSTEMD_INVOCATION_ID=inv-1" in msg
+    assert "journal --no-pager -o cat -u gpu-fleet-model-download.service --since @1796130000" in msg
     assert "the stack expects files = 7" in msg
     assert hosts.mutating() == ["systemctl start -- gpu-fleet-model-download.service"]
 

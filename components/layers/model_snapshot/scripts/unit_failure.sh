@@ -1,9 +1,12 @@
 #!/bin/sh
-# Read-only: why the download unit's last run failed: its result and that run's journal lines.
+# Read-only: why the download unit's last run failed: its result and that run's journal lines
+# (since the run started: a sandboxed unit's own output carries no invocation id to match).
 # $1 the unit.
 
 unit="$1"
 systemctl show -p Result -p ExecMainStatus --value -- "$unit"
-inv=$(systemctl show -p InvocationID --value -- "$unit")
-if [ -n "$inv" ]; then journalctl --no-pager -o cat "_SYSTEMD_INVOCATION_ID=$inv" | tail -n 25
-else journalctl --no-pager -o cat -u "$unit" -n 25; fi
+since=$(systemctl show --timestamp=unix -p InactiveExitTimestamp --value -- "$unit")
+case "$since" in
+  @*) journalctl --no-pager -o cat -u "$unit" --since "$since" | tail -n 25 ;;
+  *) journalctl --no-pager -o cat -u "$unit" -n 25 ;;
+esac
