@@ -1,4 +1,4 @@
-"""python -m lab up [--nodes N] | down | status | reboot HOST  (as root, with the project's .venv python)."""
+"""python -m lab up [--nodes N] | down | status | reboot HOST | reimage HOST  (as root, with the project's .venv python)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     pr.add_argument("host", help="storage, ctl, node1, ...")
     pr.add_argument("--timeout", type=float, default=120.0,
                     help="seconds to wait for its sshd (default 120)")
+    pi = sub.add_parser("reimage", help="re-image one host in place: a fresh root filesystem from the "
+                                         "base image and a new host key, same name and address")
+    pi.add_argument("host", help="storage, ctl, node1, ...")
+    pi.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for its sshd (default 120)")
     args = p.parse_args(argv)
 
     from . import core
@@ -46,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.cmd == "reboot":
             core.reboot(args.host, args.timeout)
+            return 0
+        if args.cmd == "reimage":
+            core.reimage(args.host, args.timeout)
             return 0
         return core.status()
     except LabError as e:

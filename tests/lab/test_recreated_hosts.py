@@ -14,6 +14,7 @@ import json
 from tests.pulumi_cli import PulumiProject
 
 from .conftest import lab_command
+from .labhosts import ssh
 from .test_slurm_cluster import NODES
 
 
@@ -34,6 +35,33 @@ def test_lab_down_up_then_one_up_refresh_converges(lab, lab_session, tmp_path):
         assert out["admission"] == {"admitted": NODES, "refused": {}}
         assert out["gpu"]["healthyNodes"] == NODES
         assert out["canary"]["passed"] is True
+        proj.run("preview", "--stack", "lab", "--expect-no-changes")
+    finally:
+        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
+
+
+def test_one_node_reimaged_in_place_converges_in_one_up_refresh(lab, lab_session, tmp_path):
+    """A real fleet's case: node2 wiped and reinstalled under the same name and address (a new
+    root filesystem from the base image and a new host key, entered in known_hosts), with the
+    stack's state still recording everything the layers put on it."""
+    proj = PulumiProject.copy_of_repo(tmp_path)
+    proj.init_stack("lab")
+    try:
+        proj.run("up", "--yes", "--stack", "lab", "--skip-preview", timeout=1200)
+        lab_session.exclusive()
+        try:
+            lab_command("reimage", "node2")
+        finally:
+            lab_session.shared()
+        assert ssh("node2", "test -e /etc/slurm/slurm.conf", check=False).returncode != 0  # wiped
+        assert ssh("node2", "systemctl is-active slurmd", check=False).stdout.strip() != "active"
+        p = proj.run("up", "--yes", "--stack", "lab", "--refresh", "--skip-preview", check=False, timeout=1200)
+        assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+        out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
+        assert out["admission"] == {"admitted": NODES, "refused": {}}
+        assert out["gpu"]["healthyNodes"] == NODES
+        assert out["canary"]["passed"] is True
+        assert ssh("node2", "systemctl is-active slurmd").stdout.strip() == "active"
         proj.run("preview", "--stack", "lab", "--expect-no-changes")
     finally:
         proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
