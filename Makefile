@@ -2,6 +2,9 @@
 # Stack commands: make preview|up|destroy|refresh STACK=<lab|canary|full> [ARGS="..."]
 STACK ?= lab
 PULUMI := bin/pulumi
+# before every up: a lock a dead run left is reported (never cleared), a killed run's pending
+# creates cleared (components/runlock.py)
+RUNLOCK := bash -c '. scripts/env.sh && exec python -m components.runlock "$$0"'
 # Every preview and up runs the policy pack (with the stack's written relaxations, if any), so a
 # violation stops `up` before any host is touched. POLICY= (empty) runs without it.
 POLICY ?= --policy-pack policies $(if $(wildcard policies/stacks/$(STACK).json),--policy-pack-config policies/stacks/$(STACK).json)
@@ -26,6 +29,7 @@ preview: stack
 	$(PULUMI) preview --stack $(STACK) $(POLICY) $(ARGS)
 
 up: stack
+	@$(RUNLOCK) $(STACK)
 	$(PULUMI) up --stack $(STACK) $(POLICY) $(ARGS)
 
 refresh: stack
@@ -43,6 +47,7 @@ policy: stack
 lab:
 	.venv/bin/python -m lab up
 	@$(MAKE) --no-print-directory stack STACK=lab
+	@$(RUNLOCK) lab
 	$(PULUMI) up --stack lab --yes --refresh --skip-preview $(POLICY) $(ARGS)
 
 lab-down:
