@@ -3,7 +3,8 @@
 Before Slurm takes a node, the node proves a uniform GPU runtime (the seed's GPU
 baseline; docs/gpu-probe.md). `GpuRuntime` declares, for the stack's GPU nodes:
 
-- per reachable node a `File` with the project's pinned pynvml (the single-file
+- per reachable node a `Payload` (its SHA-256 in the stack, not its bytes) with the project's
+  pinned pynvml (the single-file
   `pynvml.py` of nvidia-ml-py from the project's virtualenv; Debian has no
   python3-pynvml) in `pynvml_dir`, /opt/gpu-fleet/lib by default;
 - one fleet-level `GpuBaseline` dynamic resource that runs the probe
@@ -59,7 +60,7 @@ from .baseline import (
     FleetVerdict, GpuExpectation, judge_fleet,
 )
 from ...providers.base import Props, _entry
-from ...providers.file import File
+from ...providers.payload import Payload
 from ...transport import (
     AuthFailed, Connection, FanOutError, HostError, HostKeyMismatch, HostUnreachable, SshTarget,
     SudoPasswordRequired, fan_out,
@@ -97,6 +98,8 @@ class PinnedPynvml:
     version: str
     source: str
     sha256: str
+    #: the file in the project's virtualenv (what the nodes' Payload ships)
+    path: Optional[Path] = None
 
 
 def _record_sha256(dist: metadata.Distribution, name: str) -> Optional[str]:
@@ -126,7 +129,7 @@ def pinned_pynvml() -> PinnedPynvml:
     if recorded is not None and recorded != sha:
         raise FleetError(f"{path} does not match the RECORD of {PYNVML_DIST} {dist.version} "
                          f"(sha256 {sha}, recorded {recorded}); reinstall it (`make setup`)")
-    return PinnedPynvml(version=dist.version, source=data.decode("utf-8"), sha256=sha)
+    return PinnedPynvml(version=dist.version, source=data.decode("utf-8"), sha256=sha, path=path)
 
 
 # ---- probing -------------------------------------------------------------------------------
@@ -391,15 +394,18 @@ class GpuRuntime(pulumi.ComponentResource):
         self.pynvml = {"version": pinned.version, "sha256": pinned.sha256,
                        "path": f"{pynvml_dir}/pynvml.py"}
 
-        self.files: list[File] = []
+        self.files: list[Payload] = []
         for n, conn in reachable:
             if conn.get("name") != n.name:
                 raise FleetError(f"GpuRuntime: the connection for node {n.name} names "
                                  f"{conn.get('name')!r}")
-            self.files.append(File(
-                f"{name}-{n.name}-pynvml", conn=conn, path=self.pynvml["path"],
-                content=pinned.source, mode="0644", owner="root", group="root",
-                opts=pulumi.ResourceOptions(parent=self)))
+            # a Payload: the stack records the module's SHA-256, not its 332 KB per node; the
+            # alias takes over what earlier releases recorded as a File (same path and bytes)
+            self.files.append(Payload(
+                f"{name}-{n.name}-pynvml", conn=conn, path=self.pynvml["path"], source=pinned.path,
+                mode="0644", owner="root", group="root",
+                opts=pulumi.ResourceOptions(parent=self, aliases=[
+                    pulumi.Alias(type_="pulumi-python:dynamic/host:File")])))
 
         self.baseline = GpuBaseline(
             f"{name}-baseline",
