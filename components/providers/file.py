@@ -66,7 +66,7 @@ def parse_file_probe(stdout: str) -> Observed:
 
 class FileProvider(HostPrimitive):
     replace_on = ("path",)
-    record_keys = ("original", "made_parent")
+    record_keys = ("original", "made_parent", "original_sha256")
 
     def key(self, props: Props) -> str:
         return props["path"]
@@ -96,7 +96,8 @@ class FileProvider(HostPrimitive):
 
     def remember(self, props: Props, before: Observed) -> Props:
         return {"original": "backup" if before["kind"] == "file" else "absent",
-                "made_parent": not before.get("parent", True)}
+                "made_parent": not before.get("parent", True),
+                "original_sha256": before.get("sha256") if before["kind"] == "file" else None}
 
     def plan(self, props: Props, obs: Observed, record: Props) -> list[Step]:
         path = props["path"]
@@ -104,7 +105,10 @@ class FileProvider(HostPrimitive):
             raise PlanRefused(f"{path} is a {obs['kind']}, not a regular file; refusing to replace it")
         want = self.desired(props)
         steps: list[Step] = []
-        if record.get("original") == "backup" and obs["kind"] == "file" and not obs["backup"]:
+        # keep the original only while the file there is it (or is not ours): a file this
+        # primitive wrote after its backup was lost (a re-imaged host) is never the original
+        ours = obs.get("sha256") == want["sha256"] != record.get("original_sha256")
+        if record.get("original") == "backup" and obs["kind"] == "file" and not obs["backup"] and not ours:
             steps.append(Step(sh('mkdir -p -- "$(dirname -- "$2")" && cp -p -- "$1" "$2"',
                                  path, backup_path(path)), f"keep the original {path}"))
         if obs["kind"] == "absent" or obs.get("sha256") != want["sha256"]:
@@ -124,7 +128,9 @@ class FileProvider(HostPrimitive):
         if props.get("original") == "backup" and obs["backup"]:
             return [Step(["mv", "-f", "--", backup_path(path), path], f"restore the original {path}")]
         steps = []
-        if obs["kind"] == "file":
+        # the host's own original back in place (a re-imaged host) is not this primitive's to remove
+        if obs["kind"] == "file" and not (props.get("original") == "backup"
+                                          and obs.get("sha256") == props.get("original_sha256")):
             steps.append(Step(["rm", "-f", "--", path], f"remove {path}"))
         if props.get("made_parent"):
             steps.append(Step(sh('rmdir -- "$(dirname -- "$1")" 2>/dev/null || true', path),

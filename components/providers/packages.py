@@ -31,9 +31,11 @@ _PROBE = script(__file__, "packages_probe.sh")
 
 
 def parse_package_probe(stdout: str) -> Observed:
-    """{'installed': {name: version} (status ii/hi only), 'held': set(names)}."""
+    """{'installed': {name: version} (status ii/hi only), 'held': set(names), 'interrupted':
+    dpkg has journal entries an interrupted run left (it refuses to install until configured)}."""
     installed: dict[str, str] = {}
     held: set[str] = set()
+    interrupted = False
     section = None
     for line in stdout.splitlines():
         if line.startswith("== "):
@@ -44,7 +46,9 @@ def parse_package_probe(stdout: str) -> Observed:
             installed[parts[0].split(":")[0]] = parts[1]
         elif section == "held" and parts:
             held.add(parts[0].split(":")[0])
-    return {"installed": installed, "held": held}
+        elif section == "dpkg-updates" and parts:
+            interrupted = True
+    return {"installed": installed, "held": held, "interrupted": interrupted}
 
 
 def parse_apt_simulation(stdout: str) -> set[str]:
@@ -107,6 +111,11 @@ class PackageSetProvider(HostPrimitive):
                 )
             change[name] = version
         steps: list[Step] = []
+        if change and obs.get("interrupted"):
+            # a run killed mid-install (the host lost power, its sshd went with the session):
+            # dpkg refuses every install until the half-done one is configured
+            steps.append(Step([*APT_ENV, "dpkg", "--configure", "-a"],
+                              "finish the package operation an interrupted run left"))
         if change:
             held_changing = sorted(n for n in change if n in obs["held"])
             if held_changing:

@@ -48,7 +48,7 @@ def test_file_mode_drift_only_chmods():
 def test_file_existing_original_is_backed_up_then_restored():
     p = FileProvider()
     record = p.remember(fprops(), fobs(content="old\n"))
-    assert record == {"original": "backup", "made_parent": False}
+    assert record == {"original": "backup", "made_parent": False, "original_sha256": sha256_text("old\n")}
     steps = p.plan(fprops(), fobs(content="old\n"), record)
     assert [s.why.split()[0] for s in steps] == ["keep", "write"]
     assert backup_path("/etc/x.conf") in steps[0].argv
@@ -113,6 +113,20 @@ def test_packages_install_exact_versions():
     install = [s for s in steps if "install" in s.argv][0]
     assert "tree=2.1.0-1" in install.argv and "--no-install-recommends" in install.argv
     assert list(steps[-1].argv) == ["apt-mark", "hold", "tree"]
+
+
+def test_an_interrupted_dpkg_is_configured_before_installing():
+    """A run killed mid-install leaves dpkg's journal: apt refuses ('dpkg was interrupted, you
+    must manually run dpkg --configure -a') until it is finished."""
+    p = PackageSetProvider()
+    obs = parse_package_probe(PROBE + "== dpkg-updates\n0001\n")
+    assert obs["interrupted"] is True
+    steps = p.plan({"packages": {"tree": "2.1.0-1"}, "hold": True}, obs, {})
+    assert list(steps[0].argv)[-3:] == ["dpkg", "--configure", "-a"]
+    assert any("install" in s.argv for s in steps[1:])
+    # nothing to install: the journal is nobody's business here
+    assert p.plan({"packages": {"hello": "2.10-3"}, "hold": False}, obs, {}) == []
+    assert parse_package_probe(PROBE + "== dpkg-updates\n")["interrupted"] is False
 
 
 def test_packages_refuse_silent_downgrade():

@@ -1,7 +1,10 @@
 #!/bin/sh
-# Reads the host's installed packages (dpkg-query) and apt holds. No arguments.
+# Reads the host's installed packages (dpkg-query), apt holds, and whether dpkg's journal holds
+# an interrupted operation (/var/lib/dpkg/updates not empty). No arguments.
 
 echo "== installed"
 dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\n' 2>/dev/null
 echo "== held"
 apt-mark showhold 2>/dev/null
+echo "== dpkg-updates"
+ls -A /var/lib/dpkg/updates 2>/dev/null | head -n 1
