@@ -1,5 +1,6 @@
 # gpu-fleet: the two commands a fresh machine needs are `make setup` and `make test`.
 # Stack commands: make preview|up|destroy|refresh STACK=<lab|canary|full> [ARGS="..."]
+# A host gone for good: make forget STACK=<stack> NODE=<host> [ARGS=--yes]
 STACK ?= lab
 PULUMI := bin/pulumi
 # before every up: a lock a dead run left is reported (never cleared), a killed run's pending
@@ -9,7 +10,7 @@ RUNLOCK := bash -c '. scripts/env.sh && exec python -m components.runlock "$$0"'
 # violation stops `up` before any host is touched. POLICY= (empty) runs without it.
 POLICY ?= --policy-pack policies $(if $(wildcard policies/stacks/$(STACK).json),--policy-pack-config policies/stacks/$(STACK).json)
 
-.PHONY: setup test preview up destroy refresh stack policy lab lab-down
+.PHONY: setup test preview up destroy refresh stack policy lab lab-down forget
 
 # Set-up; as root it also brings the lab up and deploys the lab stack (GPU_FLEET_SETUP_LAB=0 skips).
 setup:
@@ -31,6 +32,12 @@ preview: stack
 up: stack
 	@$(RUNLOCK) $(STACK)
 	$(PULUMI) up --stack $(STACK) $(POLICY) $(ARGS)
+
+# A host gone for good: forget its resources from the stack's state, touching no host
+# (components/forget.py; refused while the stack still declares it). ARGS=--yes skips the question.
+forget:
+	@test -n "$(NODE)" || { echo "usage: make forget STACK=<stack> NODE=<host> [ARGS=--yes]" >&2; exit 2; }
+	@bash -c '. scripts/env.sh && exec python -m components.forget "$$@"' forget $(STACK) $(NODE) $(ARGS)
 
 refresh: stack
 	$(PULUMI) refresh --stack $(STACK) $(ARGS)

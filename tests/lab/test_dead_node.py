@@ -1,0 +1,124 @@
+"""A node gone for good (issue 17, part 2): its container stopped and never booted again, the
+stack marks it `unreachable` and takes it out of its partition, `python -m components.forget`
+(what `make forget` runs) forgets its resources from the state, and `up` converges for the
+rest of the fleet without ever contacting the dead node. The lab is restored at the end
+(`python -m lab up` boots the missing host again)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+
+import yaml
+
+from components.forget import host_of
+from lab import nspawn
+from lab.rootfs import rootfs_dir
+from tests.pulumi_cli import ROOT, PulumiProject
+
+from .conftest import STATE, lab_command
+from .labhosts import command_log
+
+VICTIM = "node3"
+LIVE = ["node1", "node2"]
+
+
+def stop_for_good(name: str) -> None:
+    """Stop one lab host's systemd-nspawn (the PID the lab recorded, checked to be the lab's own
+    nspawn of that host): SIGTERM is nspawn's orderly poweroff of the container; SIGKILL after
+    30 s. The lab has no per-host stop; `python -m lab up` boots it again."""
+    inv = json.loads((STATE / "inventory.json").read_text())
+    pid = int(next(h for h in inv["hosts"] if h["name"] == name)["pid"])
+    assert nspawn.is_lab_nspawn(pid) and f"--directory={rootfs_dir(name)}" in nspawn._cmdline(pid), \
+        f"pid {pid} is not the lab's nspawn of {name}"
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while nspawn.alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if nspawn.alive(pid):
+        os.kill(pid, signal.SIGKILL)
+
+
+def mark_unreachable(proj: PulumiProject, name: str) -> None:
+    """The admin's edit: the node `owner: unreachable`, out of every partition."""
+    f = proj.dir / "stacks" / "Pulumi.lab.yaml"
+    data = yaml.safe_load(f.read_text())
+    cfg = data["config"]
+    for n in cfg["gpu-fleet:nodes"]:
+        if n["name"] == name:
+            n["owner"] = "unreachable"
+    for p in cfg["gpu-fleet:slurm"]["partitions"]:
+        p["nodes"] = [n for n in p["nodes"] if n != name]
+    f.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def forget(proj: PulumiProject, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "components.forget", "lab", VICTIM, "--cwd", str(proj.dir), *args],
+                          cwd=ROOT, env=proj.env, capture_output=True, text=True, timeout=600,
+                          stdin=subprocess.DEVNULL)
+
+
+def recorded_on(proj: PulumiProject, name: str) -> list[str]:
+    state = json.loads(proj.run("stack", "export", "--stack", "lab").stdout)
+    return [r["urn"] for r in state["deployment"]["resources"] if host_of(r) == name]
+
+
+def test_a_dead_node_is_forgotten_and_the_rest_converges(lab, lab_session, tmp_path):
+    proj = PulumiProject.copy_of_repo(tmp_path)
+    log = tmp_path / "commands.jsonl"
+    proj.env["GPU_FLEET_COMMAND_LOG"] = str(log)
+    proj.init_stack("lab")
+    try:
+        proj.run("up", "--yes", "--stack", "lab", "--skip-preview", timeout=1200)
+        victims = recorded_on(proj, VICTIM)
+        assert victims, f"nothing recorded on {VICTIM}"
+
+        lab_session.exclusive()
+        try:
+            stop_for_good(VICTIM)
+        finally:
+            lab_session.shared()
+        mark_unreachable(proj, VICTIM)
+        log.write_text("")
+
+        p = forget(proj, "--yes")
+        if p.returncode == 1:
+            # other hosts' resources (slurm-reconfigure, the GPU baseline) still record a
+            # dependency on the node's: forget prints the up that re-records them without it
+            assert "still record a dependency on them" in p.stdout, p.stdout + p.stderr
+            [cmd] = [ln.strip() for ln in p.stdout.splitlines() if ln.strip().startswith("bin/pulumi up ")]
+            argv = shlex.split(cmd)[1:]
+            for flag in ("--policy-pack", "--policy-pack-config"):  # the project copy has no pack
+                while flag in argv:
+                    i = argv.index(flag)
+                    del argv[i:i + 2]
+            assert argv.count("--exclude") == len(victims)
+            up = proj.run(*argv, "--yes", "--skip-preview", check=False, timeout=1200)
+            assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
+            p = forget(proj, "--yes")
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert f"forgot {len(victims)} resource(s) of {VICTIM} from stack lab:" in p.stdout
+        for urn in victims:
+            assert f"  forgot {urn}\n" in p.stdout
+        assert recorded_on(proj, VICTIM) == []
+
+        up = proj.run("up", "--yes", "--stack", "lab", "--skip-preview", check=False, timeout=1200)
+        assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
+        out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
+        assert out["admission"]["admitted"] == LIVE
+        assert out["canary"]["passed"] is True
+        proj.run("preview", "--stack", "lab", "--expect-no-changes")
+        # nothing, not even a connection attempt, went to the dead node after it died
+        assert [c for c in command_log(log) if c["host"] == VICTIM] == []
+    finally:
+        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
+        lab_session.exclusive()
+        try:
+            lab_command("up")  # the dead host's process is gone: the lab boots its hosts again
+        finally:
+            lab_session.shared()
