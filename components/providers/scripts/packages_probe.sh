@@ -7,4 +7,4 @@ dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\n' 2>/dev/null
 echo "== held"
 apt-mark showhold 2>/dev/null
 echo "== dpkg-updates"
-ls -A /var/lib/dpkg/updates 2>/dev/null | head -n 1
+find /var/lib/dpkg/updates -mindepth 1 -maxdepth 1 2>/dev/null | head -n 1
