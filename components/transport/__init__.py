@@ -2,12 +2,12 @@
 
 from .command import MASK, Secret, display, mask, sh, shell_join
 from .ssh import (
-    AuthFailed, Connection, FanOutError, HostError, HostKeyMismatch, HostUnreachable, Result,
-    SshTarget, SudoPasswordRequired, connection, fan_out,
+    AuthFailed, Connection, FanOutError, HostError, HostKeyMismatch, HostRemembered, HostUnreachable,
+    Result, RunStopped, SshTarget, SudoPasswordRequired, connection, fan_out,
 )
 
 __all__ = [
     "MASK", "Secret", "display", "mask", "sh", "shell_join", "AuthFailed", "Connection",
-    "FanOutError", "HostError", "HostKeyMismatch", "HostUnreachable", "Result", "SshTarget",
-    "SudoPasswordRequired", "connection", "fan_out",
+    "FanOutError", "HostError", "HostKeyMismatch", "HostRemembered", "HostUnreachable", "Result",
+    "RunStopped", "SshTarget", "SudoPasswordRequired", "connection", "fan_out",
 ]

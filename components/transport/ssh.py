@@ -11,6 +11,15 @@ Failure policy: connecting (`connect`) is read-only and retried with
 backoff; a command itself is never retried, so a mutating step cannot run
 twice. Every error names the host, the command (secrets masked), the exit code
 and the output (masked).
+
+A host that cannot be reached on connect (refused, timed out, no route: after the retries)
+is remembered for the rest of the provider process, which is one `pulumi` run: every later
+connect or command to it fails at once with one sentence (`HostRemembered`), so N resources
+on a dead host cost one connect timeout, not N. A host key mismatch or a refused key is
+never remembered: each is reported where it happens.
+
+Commands run through `lifeline.spawn`, so a cancelled run (Ctrl-C) or a dead engine stops
+them (`RunStopped`); see lifeline.py.
 """
 
 from __future__ import annotations
@@ -28,10 +37,13 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence, TypeVar
 
 from ..errors import FleetError
+from . import lifeline
 from .command import Piece, display, mask, secrets_of, shell_join
 
 COMMAND_LOG_ENV = "GPU_FLEET_COMMAND_LOG"
 T = TypeVar("T")
+
+lifeline.install()  # in the engine's provider process: Cancel and the engine's death stop commands
 
 
 class HostError(FleetError):
@@ -63,6 +75,32 @@ class AuthFailed(HostError):
 
 class SudoPasswordRequired(HostError):
     """The SSH user is not root and `sudo -n` wants a password: configure NOPASSWD."""
+
+
+class HostRemembered(HostUnreachable):
+    """The host could not be reached earlier in this run: not tried again."""
+
+    def __init__(self, host: str, command: str, where: str, first_at: float):
+        self.host, self.command, self.rc, self.output = host, command, None, ""
+        self.where, self.first_at = where, first_at
+        at = time.strftime("%H:%M:%S", time.localtime(first_at))
+        FleetError.__init__(self, f"host {host}: cannot reach {where} over SSH (remembered from the "
+                                  f"first try at {at}; not tried again this run)")
+
+
+class RunStopped(HostError):
+    """A command was not started, or was ended, because the run is stopping (lifeline.py)."""
+
+    def __init__(self, host: str, command: str, why: str, ran_s: Optional[float] = None,
+                 output: str = ""):
+        self.host, self.command, self.rc, self.output, self.why = host, command, None, output, why
+        if ran_s is None:
+            msg = f"host {host}: `{command}` not started: {why}"
+        else:
+            msg = (f"host {host}: `{command}` stopped after {ran_s:.1f} s: {why}\n"
+                   f"  it may have partly run on the host; the next `pulumi up` probes the host first "
+                   f"and finishes it")
+        FleetError.__init__(self, msg)
 
 
 @dataclass(frozen=True)
@@ -164,6 +202,50 @@ def _classify(t: SshTarget, cmd: str, rc: int, out: str) -> HostError:
     return HostError(t.name, cmd, rc, out)
 
 
+def _where(t: SshTarget) -> str:
+    return f"{t.address}:{t.port}" + (f" via {t.proxy_jump}" if t.proxy_jump else "")
+
+
+@dataclass(frozen=True)
+class _Unreachable:
+    where: str
+    first_at: float  # time.time() of the first failed connect
+
+
+# Hosts found unreachable on connect in this provider process, by how they are reached.
+_unreachable: dict[tuple, _Unreachable] = {}
+_reach_locks: dict[tuple, threading.Lock] = {}
+_reach_lock = threading.Lock()
+
+
+def _reach_key(t: SshTarget) -> tuple:
+    """What reachability depends on: another user or key reaches the same host, or not."""
+    return (t.address, t.port, t.proxy_jump)
+
+
+def _reach_lock_of(t: SshTarget) -> threading.Lock:
+    """One connect attempt at a time per address (across targets): the callers that wait for
+    a failing one then fail at once instead of timing out again."""
+    with _reach_lock:
+        return _reach_locks.setdefault(_reach_key(t), threading.Lock())
+
+
+def remembered(t: SshTarget) -> Optional[_Unreachable]:
+    with _reach_lock:
+        return _unreachable.get(_reach_key(t))
+
+
+def _remember(t: SshTarget) -> None:
+    with _reach_lock:
+        _unreachable.setdefault(_reach_key(t), _Unreachable(_where(t), time.time()))
+
+
+def forget_unreachable() -> None:
+    """Forget every remembered host (a new run; unit tests)."""
+    with _reach_lock:
+        _unreachable.clear()
+
+
 class Connection:
     """Runs commands on one host over its multiplexed SSH connection."""
 
@@ -184,28 +266,41 @@ class Connection:
             if f and not Path(f).is_file():
                 raise AuthFailed(t.name, "ssh", None, "", f"ssh.{what} {f} does not exist")
 
+    def _refuse_if_remembered(self, cmd: str) -> None:
+        dead = remembered(self.t)
+        if dead is not None:
+            raise HostRemembered(self.t.name, cmd, dead.where, dead.first_at)
+
     def connect(self, retries: int = 3, backoff_s: float = 1.0) -> None:
         """Open the control connection once per process; read-only, so retried on transport
-        errors. Later commands reopen a lapsed master by themselves (ControlMaster=auto)."""
+        errors. Later commands reopen a lapsed master by themselves (ControlMaster=auto).
+        A host that stays unreachable through the retries is remembered for this run."""
         self._check_files()
-        with self._lock:  # concurrent provider calls for one host open one connection
+        # concurrent provider calls for one host open one connection; a failed one is remembered
+        with _reach_lock_of(self.t), self._lock:
+            self._refuse_if_remembered("ssh")
             if self._connected or self._master_alive():
                 self._connected = True
                 return
-            self._open(retries, backoff_s)
+            try:
+                self._open(retries, backoff_s)
+            except HostUnreachable:
+                _remember(self.t)
+                raise
 
     def _open(self, retries: int, backoff_s: float) -> None:
         last: Optional[HostError] = None
         for attempt in range(retries):
+            if attempt:
+                time.sleep(backoff_s * (2 ** (attempt - 1)))
             try:
                 self.run(["true"], mutating=False, sudo=False, check=True, _connecting=True)
                 self._connected = True
                 return
-            except (HostKeyMismatch, AuthFailed):
+            except (HostKeyMismatch, AuthFailed, RunStopped):
                 raise
             except HostUnreachable as e:
                 last = e
-                time.sleep(backoff_s * (2 ** attempt))
         assert last is not None
         raise last
 
@@ -213,28 +308,50 @@ class Connection:
             stdin: Optional[bytes] = None, check: bool = True, timeout: int = 600,
             stdin_secret: bool = False, _connecting: bool = False) -> Result:
         """Run argv on the host. `mutating` is recorded in the command log; `sudo` adds
-        `sudo -n` when the SSH user is not root. A stdin marked secret is masked in output."""
-        if not _connecting:
-            self._check_files()
+        `sudo -n` when the SSH user is not root. A stdin marked secret is masked in output.
+        Fails at once on a host remembered unreachable; a mutating command is not started once
+        the run is stopping, and a command in flight is ended then (`RunStopped`)."""
         if sudo and self.t.user != "root":
             argv = ["sudo", "-n", "--", *argv]
         cmd = display(argv)
+        if not _connecting:
+            self._check_files()
+            self._refuse_if_remembered(cmd)
         secrets = secrets_of(argv, [stdin.decode(errors="replace")] if (stdin and stdin_secret) else [])
         start = time.monotonic()
         try:
-            p = subprocess.run(
-                [*ssh_argv(self.t), "--", shell_join(argv)],
-                input=stdin if stdin is not None else b"", capture_output=True, timeout=timeout,
-            )
+            p = lifeline.spawn([*ssh_argv(self.t), "--", shell_join(argv)], mutating=mutating)
+        except lifeline.Refused as e:
+            raise RunStopped(self.t.name, cmd, str(e)) from None
+        # subprocess.run's semantics, on a Popen that lifeline.stop can end from another thread
+        try:
+            stdout, stderr = p.communicate(stdin if stdin is not None else b"", timeout=timeout)
         except subprocess.TimeoutExpired as e:
+            lifeline.kill(p, after_s=0)
+            p.wait()
+            lifeline.done(p)
             _log_command(self.t.name, cmd, mutating, None, time.monotonic() - start)
             out = mask(((e.stdout or b"") + (e.stderr or b"")).decode(errors="replace"), secrets)
             raise HostError(self.t.name, cmd, None, out, f"timed out after {timeout} s") from None
-        _log_command(self.t.name, cmd, mutating, p.returncode, time.monotonic() - start)
-        res = Result(p.returncode, mask(p.stdout.decode(errors="replace"), secrets),
-                     mask(p.stderr.decode(errors="replace"), secrets))
+        except BaseException:
+            lifeline.kill(p, after_s=0)
+            p.wait()
+            lifeline.done(p)
+            raise
+        why = lifeline.done(p)  # why lifeline.stop ended it, if it did
+        if p.returncode == 0:
+            why = None  # it had succeeded when the stop came: that stands
+        took = time.monotonic() - start
+        _log_command(self.t.name, cmd, mutating, None if why else p.returncode, took)
+        res = Result(p.returncode, mask(stdout.decode(errors="replace"), secrets),
+                     mask(stderr.decode(errors="replace"), secrets))
+        if why is not None:
+            raise RunStopped(self.t.name, cmd, why, took, res.stdout + res.stderr)
         if check and p.returncode != 0:
-            raise _classify(self.t, cmd, p.returncode, res.stdout + res.stderr)
+            err = _classify(self.t, cmd, p.returncode, res.stdout + res.stderr)
+            if isinstance(err, HostUnreachable) and not _connecting:
+                self._connected = False  # the next connect tries again (and remembers a dead host)
+            raise err
         return res
 
 
