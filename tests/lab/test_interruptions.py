@@ -27,6 +27,7 @@ from pathlib import Path
 from tests.procs import processes, providers_of, wait_for
 from tests.pulumi_cli import ROOT, PulumiProject
 
+from .conftest import lab_command
 from .labhosts import command_log, ssh
 from .test_slurm_cluster import NODES
 
@@ -44,7 +45,7 @@ def start_up_until_packages_install(proj: PulumiProject) -> subprocess.Popen:
                           text=True)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and up.poll() is None:
-        if ssh(WATCHED, "pgrep -x apt-get", check=False).returncode == 0:
+        if ssh(WATCHED, "pgrep -x 'apt-get|dpkg|apt-mark'", check=False).returncode == 0:
             return up
         time.sleep(0.3)
     out = up.communicate(timeout=60)[0] if up.poll() is not None else ""
@@ -75,7 +76,45 @@ def project(tmp_path: Path) -> PulumiProject:
     return proj
 
 
-def test_kill_9_of_pulumi_up_while_packages_install(lab, tmp_path):
+# Ctrl-C first: after a kill -9 the packages the killed run installed are found installed by the
+# next up's create and so kept by its rollback (recorded as already there), and the next test
+# would find nothing left to install.
+def test_ctrl_c_of_pulumi_up_while_packages_install(lab, tmp_path):
+    proj = project(tmp_path)
+    try:
+        up = start_up_until_packages_install(proj)
+        run_providers = providers_of(up.pid)
+        assert run_providers and ssh_children(run_providers), "no ssh command in flight at the fixed point"
+        up.send_signal(signal.SIGINT)
+        stopped = wait_for(lambda: not ssh_children(run_providers), 5, "the provider's ssh commands end")
+        count = len(command_log(proj.log))
+        text, _ = up.communicate(timeout=300)
+        assert up.returncode != 0
+        assert "the run was cancelled" in text, text[-4000:]
+        assert "Traceback" not in text, text[-4000:]
+        # no mutating command ran after the stop: a refused one is not sent (nor logged), one
+        # that was ended is logged without an exit code as its ssh process ends
+        late = [c for c in command_log(proj.log)[count:] if c["mutating"] and c["rc"] is not None]
+        assert late == [], late
+        print(f"\n  Ctrl-C at the fixed point: provider's ssh commands ended {stopped:.1f} s after SIGINT")
+
+        p = runlock(proj)  # what make up does first: no lock is left by a cancelled run
+        assert p.returncode == 0, p.stdout + p.stderr
+        converges(proj)
+    finally:
+        proj.run("cancel", "--yes", "--stack", "lab", check=False)
+        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
+        # what the killed run installed is kept by that rollback (the next create found it
+        # there): the hosts are made again for the tests after this one
+        lab_session.exclusive()
+        try:
+            lab_command("down", timeout=300)
+            lab_command("up")
+        finally:
+            lab_session.shared()
+
+
+def test_kill_9_of_pulumi_up_while_packages_install(lab, lab_session, tmp_path):
     proj = project(tmp_path)
     try:
         up = start_up_until_packages_install(proj)
@@ -109,30 +148,11 @@ def test_kill_9_of_pulumi_up_while_packages_install(lab, tmp_path):
     finally:
         proj.run("cancel", "--yes", "--stack", "lab", check=False)
         proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
-
-
-def test_ctrl_c_of_pulumi_up_while_packages_install(lab, tmp_path):
-    proj = project(tmp_path)
-    try:
-        up = start_up_until_packages_install(proj)
-        run_providers = providers_of(up.pid)
-        assert run_providers and ssh_children(run_providers), "no ssh command in flight at the fixed point"
-        up.send_signal(signal.SIGINT)
-        stopped = wait_for(lambda: not ssh_children(run_providers), 5, "the provider's ssh commands end")
-        count = len(command_log(proj.log))
-        text, _ = up.communicate(timeout=300)
-        assert up.returncode != 0
-        assert "the run was cancelled" in text, text[-4000:]
-        assert "Traceback" not in text, text[-4000:]
-        # no mutating command ran after the stop: a refused one is not sent (nor logged), one
-        # that was ended is logged without an exit code as its ssh process ends
-        late = [c for c in command_log(proj.log)[count:] if c["mutating"] and c["rc"] is not None]
-        assert late == [], late
-        print(f"\n  Ctrl-C at the fixed point: provider's ssh commands ended {stopped:.1f} s after SIGINT")
-
-        p = runlock(proj)  # what make up does first: no lock is left by a cancelled run
-        assert p.returncode == 0, p.stdout + p.stderr
-        converges(proj)
-    finally:
-        proj.run("cancel", "--yes", "--stack", "lab", check=False)
-        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
+        # what the killed run installed is kept by that rollback (the next create found it
+        # there): the hosts are made again for the tests after this one
+        lab_session.exclusive()
+        try:
+            lab_command("down", timeout=300)
+            lab_command("up")
+        finally:
+            lab_session.shared()
