@@ -6,6 +6,9 @@ PULUMI := bin/pulumi
 # before every up: a lock a dead run left is reported (never cleared), a killed run's pending
 # creates cleared (components/runlock.py)
 RUNLOCK := bash -c '. scripts/env.sh && exec python -m components.runlock "$$0"'
+# pulumi <op> with nodes the stack marks unreachable left as recorded (--exclude of their
+# resources, with a warning naming them; components/pending_hosts.py)
+OP := bash -c '. scripts/env.sh && exec python -m components.pending_hosts "$$@"' op
 # Every preview and up runs the policy pack (with the stack's written relaxations, if any), so a
 # violation stops `up` before any host is touched. POLICY= (empty) runs without it.
 POLICY ?= --policy-pack policies $(if $(wildcard policies/stacks/$(STACK).json),--policy-pack-config policies/stacks/$(STACK).json)
@@ -27,11 +30,11 @@ stack:
 	@.venv/bin/python -m components.stack_secrets ensure $(STACK) --pulumi bin/pulumi
 
 preview: stack
-	$(PULUMI) preview --stack $(STACK) $(POLICY) $(ARGS)
+	@$(OP) preview $(STACK) -- $(POLICY) $(ARGS)
 
 up: stack
 	@$(RUNLOCK) $(STACK)
-	$(PULUMI) up --stack $(STACK) $(POLICY) $(ARGS)
+	@$(OP) up $(STACK) -- $(POLICY) $(ARGS)
 
 # A host gone for good: forget its resources from the stack's state, touching no host
 # (components/forget.py; refused while the stack still declares it). ARGS=--yes skips the question.
@@ -40,10 +43,10 @@ forget:
 	@bash -c '. scripts/env.sh && exec python -m components.forget "$$@"' forget $(STACK) $(NODE) $(ARGS)
 
 refresh: stack
-	$(PULUMI) refresh --stack $(STACK) $(ARGS)
+	@$(OP) refresh $(STACK) -- $(ARGS)
 
 destroy: stack
-	$(PULUMI) destroy --stack $(STACK) $(ARGS)
+	@$(OP) destroy $(STACK) -- $(ARGS)
 
 # Preview under the policy pack, as in CI (the same as `make preview`).
 policy: stack
@@ -55,7 +58,7 @@ lab:
 	.venv/bin/python -m lab up
 	@$(MAKE) --no-print-directory stack STACK=lab
 	@$(RUNLOCK) lab
-	$(PULUMI) up --stack lab --yes --refresh --skip-preview $(POLICY) $(ARGS)
+	@$(OP) up lab -- --yes --refresh --skip-preview $(POLICY) $(ARGS)
 
 lab-down:
 	.venv/bin/python -m lab down

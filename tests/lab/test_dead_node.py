@@ -122,3 +122,66 @@ def test_a_dead_node_is_forgotten_and_the_rest_converges(lab, lab_session, tmp_p
             lab_command("up")  # the dead host's process is gone: the lab boots its hosts again
         finally:
             lab_session.shared()
+
+
+def pending(proj: PulumiProject, op: str, *args: str) -> subprocess.CompletedProcess:
+    """What `make <op>` runs: pulumi with the unreachable nodes' resources excluded."""
+    return subprocess.run([sys.executable, "-m", "components.pending_hosts", op, "lab", "--cwd", str(proj.dir),
+                           "--pulumi", "pulumi", "--", *args], cwd=ROOT, env=proj.env, capture_output=True,
+                          text=True, timeout=1200)
+
+
+def recorded(proj: PulumiProject, name: str) -> dict[str, dict]:
+    state = json.loads(proj.run("stack", "export", "--stack", "lab").stdout)
+    return {r["urn"]: r for r in state["deployment"]["resources"] if host_of(r) == name}
+
+
+def test_an_unreachable_node_keeps_its_recorded_resources_while_the_rest_rolls_out(lab, lab_session, tmp_path):
+    """The seed's "pending" node: down, marked unreachable, out of its partition; `make up` and
+    `make refresh` leave everything recorded for it as it was (a warning names it) and the
+    rest of the fleet rolls out; back with its owner, one `up --refresh` takes it up again."""
+    proj = PulumiProject.copy_of_repo(tmp_path)
+    log = tmp_path / "commands.jsonl"
+    proj.env["GPU_FLEET_COMMAND_LOG"] = str(log)
+    proj.init_stack("lab")
+    original = (proj.dir / "stacks" / "Pulumi.lab.yaml").read_text()
+    try:
+        proj.run("up", "--yes", "--stack", "lab", "--skip-preview", timeout=1200)
+        before = recorded(proj, VICTIM)
+        lab_session.exclusive()
+        try:
+            stop_for_good(VICTIM)
+        finally:
+            lab_session.shared()
+        mark_unreachable(proj, VICTIM)
+        log.write_text("")
+
+        p = pending(proj, "up", "--yes", "--skip-preview")
+        assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+        assert (f"node {VICTIM} is marked unreachable: its {len(before)} recorded resources are left as they "
+                "are (not read, changed or deleted) by this up") in p.stderr
+        out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
+        assert out["admission"]["admitted"] == LIVE and out["canary"]["passed"] is True
+        r = pending(proj, "refresh", "--yes", "--skip-preview")
+        assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+        after = recorded(proj, VICTIM)
+        assert {u: x.get("outputs") for u, x in after.items()} == {u: x.get("outputs") for u, x in before.items()}
+        assert [c for c in command_log(log) if c["host"] == VICTIM] == []
+
+        lab_session.exclusive()
+        try:
+            lab_command("up")  # the host is back (the lab boots every host again, wiped)
+        finally:
+            lab_session.shared()
+        (proj.dir / "stacks" / "Pulumi.lab.yaml").write_text(original)
+        back = pending(proj, "up", "--yes", "--refresh", "--skip-preview")
+        assert back.returncode == 0, (back.stdout + back.stderr)[-4000:]
+        out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
+        assert out["admission"]["admitted"] == [*LIVE, VICTIM] and out["canary"]["passed"] is True
+    finally:
+        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
+        lab_session.exclusive()
+        try:
+            lab_command("up")
+        finally:
+            lab_session.shared()
