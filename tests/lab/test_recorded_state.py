@@ -1,0 +1,40 @@
+"""Recorded state stays usable on real hosts (issue 17, part 5): the case the issue met, an
+`Account` whose recorded outputs had lost `uid` after a refresh of a host where the account
+was gone, so every later refresh died with `KeyError: 'uid'` in Account.probe_argv. Here the
+canary account (and its group) is removed by hand on node2, then refreshed twice, rolled
+out, and refreshed again: every step works from what the one before recorded."""
+
+from __future__ import annotations
+
+import json
+
+from tests.pulumi_cli import PulumiProject
+
+from .labhosts import ssh
+
+USER = "fleetcanary"
+
+
+def canary_account(proj: PulumiProject) -> dict:
+    state = json.loads(proj.run("stack", "export", "--stack", "lab").stdout)
+    return next(r for r in state["deployment"]["resources"] if r["urn"].endswith("::node2-canary-account"))
+
+
+def test_an_account_removed_by_hand_refreshes_twice_and_converges(lab, tmp_path):
+    proj = PulumiProject.copy_of_repo(tmp_path)
+    proj.init_stack("lab")
+    try:
+        proj.run("up", "--yes", "--stack", "lab", "--skip-preview", timeout=1200)
+        uid = canary_account(proj)["outputs"]["uid"]
+        ssh("node2", f"userdel {USER}; getent group {USER} >/dev/null && groupdel {USER}; true")
+        for _ in range(2):  # a refresh of the absent account, then one from what it recorded
+            r = proj.run("refresh", "--yes", "--stack", "lab", "--skip-preview", check=False, timeout=900)
+            assert r.returncode == 0 and "KeyError" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+            outs = canary_account(proj)["outputs"]
+            assert outs["uid"] == uid and outs["name"] == USER, outs  # what the next probe needs
+        proj.run("up", "--yes", "--stack", "lab", "--skip-preview", timeout=1200)
+        assert ssh("node2", f"id -u {USER}").stdout.strip() == str(uid)
+        proj.run("refresh", "--yes", "--stack", "lab", "--skip-preview", timeout=900)
+        proj.run("preview", "--stack", "lab", "--expect-no-changes")
+    finally:
+        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
