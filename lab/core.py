@@ -227,41 +227,24 @@ def finish_stack(nodes: int) -> None:
     stackfile.validate_stack()
 
 
-# --- reboot -------------------------------------------------------------------------
+# --- reboot, reimage ---------------------------------------------------------------
 
 def reboot(name: str, timeout: float = 120.0) -> float:
     """Restart one host of the running lab: a clean poweroff, then a boot of the same root
     filesystem (what it wrote stays, as on a real reboot). Returns the seconds to sshd."""
-    require_root()
-    with flock(STATE / ".lock", "lab"):
-        inv = stackfile.read_inventory()
-        if inv is None or inv.get("state") != "up":
-            raise LabError("the lab is not up (python -m lab up)")
-        entry = next((h for h in inv["hosts"] if h["name"] == name), None)
-        if entry is None:
-            raise LabError(f"no lab host {name!r} (hosts: {', '.join(h['name'] for h in inv['hosts'])})")
-        host = Host(entry["name"], entry["address"], tuple(entry["roles"]))
-        repo_dir = cache_dir() / f"repo-{inv['repo']}"
-        if not (repo_dir / "Packages.gz").exists():
-            raise LabError(f"the lab repository {repo_dir} is gone: run `python -m lab up`")
-        t_stop = time.monotonic()
-        nspawn.stop_host(name)
-        t_boot = time.monotonic()
-        entry["pid"] = nspawn.launch(host, repo_dir)
-        stackfile.write_inventory(inv)
-        took = wait_for_ssh(host, entry["pid"], t_boot, timeout)
-        log(f"rebooted {name}: stopped in {t_boot - t_stop:.1f} s, sshd after {took:.1f} s "
-            f"(pid {entry['pid']})")
-        return took
+    return _restart(name, timeout, reimage=False)
 
-
-# --- reimage -----------------------------------------------------------------------
 
 def reimage(name: str, timeout: float = 120.0) -> float:
     """Re-image one host in place, as a wiped and reinstalled machine under the same name and
     address: stopped, its root filesystem made again from the base image (everything it
     wrote is gone), a new ssh host key that the admin (the lab) enters in known_hosts, then
     booted with the lab's doubles. Returns the seconds to sshd."""
+    return _restart(name, timeout, reimage=True)
+
+
+def _restart(name: str, timeout: float, reimage: bool) -> float:
+    """Stop one host of the running lab, re-image its root filesystem if asked, boot it."""
     require_root()
     with flock(STATE / ".lock", "lab"):
         inv = stackfile.read_inventory()
@@ -271,21 +254,28 @@ def reimage(name: str, timeout: float = 120.0) -> float:
         host = next((h for h in hosts if h.name == name), None)
         if host is None:
             raise LabError(f"no lab host {name!r} (hosts: {', '.join(h.name for h in hosts)})")
-        base, repo_dir = image.ensure_base(), cache_dir() / f"repo-{inv['repo']}"
-        t0 = time.monotonic()
+        repo_dir = cache_dir() / f"repo-{inv['repo']}"
+        if not (repo_dir / "Packages.gz").exists():
+            raise LabError(f"the lab repository {repo_dir} is gone: run `python -m lab up`")
+        t_stop = time.monotonic()
         nspawn.stop_host(name)
-        rootfs.prepare(host, base, inv.get("rootfs_mode", "auto"))
-        pub = rootfs.personalize(host, hosts, KEY.with_suffix(".pub").read_text())
-        keys = {line.split(",", 1)[0]: line.split(" ", 1)[1] for line in KNOWN_HOSTS.read_text().splitlines()}
-        write_known_hosts(hosts, {**keys, name: pub})
+        if reimage:
+            rootfs.prepare(host, image.ensure_base(), inv.get("rootfs_mode", "auto"))
+            pub = rootfs.personalize(host, hosts, KEY.with_suffix(".pub").read_text())
+            keys = {line.split(",", 1)[0]: line.split(" ", 1)[1] for line in KNOWN_HOSTS.read_text().splitlines()}
+            write_known_hosts(hosts, {**keys, name: pub})
         t_boot = time.monotonic()
         entry = next(h for h in inv["hosts"] if h["name"] == name)
         entry["pid"] = nspawn.launch(host, repo_dir)
         stackfile.write_inventory(inv)
         took = wait_for_ssh(host, entry["pid"], t_boot, timeout)
-        ensure_doubles([host])
-        log(f"re-imaged {name}: a fresh root filesystem and host key, sshd after {took:.1f} s "
-            f"(total {time.monotonic() - t0:.1f} s, pid {entry['pid']})")
+        if reimage:
+            ensure_doubles([host])
+            log(f"re-imaged {name}: a fresh root filesystem and host key, sshd after {took:.1f} s "
+                f"(total {time.monotonic() - t_stop:.1f} s, pid {entry['pid']})")
+        else:
+            log(f"rebooted {name}: stopped in {t_boot - t_stop:.1f} s, sshd after {took:.1f} s "
+                f"(pid {entry['pid']})")
         return took
 
 

@@ -63,9 +63,21 @@ def forget(proj: PulumiProject, *args: str) -> subprocess.CompletedProcess:
                           stdin=subprocess.DEVNULL)
 
 
-def recorded_on(proj: PulumiProject, name: str) -> list[str]:
-    state = json.loads(proj.run("stack", "export", "--stack", "lab").stdout)
-    return [r["urn"] for r in state["deployment"]["resources"] if host_of(r) == name]
+def recorded(proj: PulumiProject, name: str) -> dict[str, dict]:
+    """urn -> the state's entry, for every resource recorded on host `name`; decrypted: a
+    secret's ciphertext changes each time the engine writes the state."""
+    state = json.loads(proj.run("stack", "export", "--stack", "lab", "--show-secrets").stdout)
+    return {r["urn"]: r for r in state["deployment"]["resources"] if host_of(r) == name}
+
+
+def take_down(proj: PulumiProject, lab_session) -> None:
+    """The victim's machine dies; the admin marks it unreachable, out of its partition."""
+    lab_session.exclusive()
+    try:
+        stop_for_good(VICTIM)
+    finally:
+        lab_session.shared()
+    mark_unreachable(proj, VICTIM)
 
 
 def test_a_dead_node_is_forgotten_and_the_rest_converges(lab, lab_session, tmp_path):
@@ -75,15 +87,10 @@ def test_a_dead_node_is_forgotten_and_the_rest_converges(lab, lab_session, tmp_p
     proj.init_stack("lab")
     try:
         proj.run("up", "--yes", "--stack", "lab", "--skip-preview", timeout=1200)
-        victims = recorded_on(proj, VICTIM)
+        victims = list(recorded(proj, VICTIM))
         assert victims, f"nothing recorded on {VICTIM}"
 
-        lab_session.exclusive()
-        try:
-            stop_for_good(VICTIM)
-        finally:
-            lab_session.shared()
-        mark_unreachable(proj, VICTIM)
+        take_down(proj, lab_session)
         log.write_text("")
 
         p = forget(proj, "--yes")
@@ -105,7 +112,7 @@ def test_a_dead_node_is_forgotten_and_the_rest_converges(lab, lab_session, tmp_p
         assert f"forgot {len(victims)} resource(s) of {VICTIM} from stack lab:" in p.stdout
         for urn in victims:
             assert f"  forgot {urn}\n" in p.stdout
-        assert recorded_on(proj, VICTIM) == []
+        assert recorded(proj, VICTIM) == {}
 
         up = proj.run("up", "--yes", "--stack", "lab", "--skip-preview", check=False, timeout=1200)
         assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
@@ -131,12 +138,6 @@ def pending(proj: PulumiProject, op: str, *args: str) -> subprocess.CompletedPro
                           text=True, timeout=1200)
 
 
-def recorded(proj: PulumiProject, name: str) -> dict[str, dict]:
-    # decrypted: a secret's ciphertext changes each time the engine writes the state
-    state = json.loads(proj.run("stack", "export", "--stack", "lab", "--show-secrets").stdout)
-    return {r["urn"]: r for r in state["deployment"]["resources"] if host_of(r) == name}
-
-
 def test_an_unreachable_node_keeps_its_recorded_resources_while_the_rest_rolls_out(lab, lab_session, tmp_path):
     """The seed's "pending" node: down, marked unreachable, out of its partition; `make up` and
     `make refresh` leave everything recorded for it as it was (a warning names it) and the
@@ -150,12 +151,7 @@ def test_an_unreachable_node_keeps_its_recorded_resources_while_the_rest_rolls_o
     try:
         proj.run("up", "--yes", "--stack", "lab", "--skip-preview", timeout=1200)
         before = recorded(proj, VICTIM)
-        lab_session.exclusive()
-        try:
-            stop_for_good(VICTIM)
-        finally:
-            lab_session.shared()
-        mark_unreachable(proj, VICTIM)
+        take_down(proj, lab_session)
         log.write_text("")
 
         p = pending(proj, "up", "--yes", "--skip-preview")

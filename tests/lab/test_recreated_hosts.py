@@ -18,6 +18,16 @@ from .labhosts import ssh
 from .test_slurm_cluster import NODES
 
 
+def converges_in_one_up_refresh(proj: PulumiProject) -> None:
+    """One `up --refresh` and every node is back: admitted, GPU-healthy, the canary passing."""
+    p = proj.run("up", "--yes", "--stack", "lab", "--refresh", "--skip-preview", check=False, timeout=1200)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+    out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
+    assert out["admission"] == {"admitted": NODES, "refused": {}}
+    assert out["gpu"]["healthyNodes"] == NODES
+    assert out["canary"]["passed"] is True
+
+
 def test_lab_down_up_then_one_up_refresh_converges(lab, lab_session, tmp_path):
     proj = PulumiProject.copy_of_repo(tmp_path)
     proj.init_stack("lab")
@@ -29,12 +39,7 @@ def test_lab_down_up_then_one_up_refresh_converges(lab, lab_session, tmp_path):
             lab_command("up")
         finally:
             lab_session.shared()
-        p = proj.run("up", "--yes", "--stack", "lab", "--refresh", "--skip-preview", check=False, timeout=1200)
-        assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
-        out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
-        assert out["admission"] == {"admitted": NODES, "refused": {}}
-        assert out["gpu"]["healthyNodes"] == NODES
-        assert out["canary"]["passed"] is True
+        converges_in_one_up_refresh(proj)
         proj.run("preview", "--stack", "lab", "--expect-no-changes")
     finally:
         proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
@@ -55,12 +60,7 @@ def test_one_node_reimaged_in_place_converges_in_one_up_refresh(lab, lab_session
             lab_session.shared()
         assert ssh("node2", "test -e /etc/slurm/slurm.conf", check=False).returncode != 0  # wiped
         assert ssh("node2", "systemctl is-active slurmd", check=False).stdout.strip() != "active"
-        p = proj.run("up", "--yes", "--stack", "lab", "--refresh", "--skip-preview", check=False, timeout=1200)
-        assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
-        out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
-        assert out["admission"] == {"admitted": NODES, "refused": {}}
-        assert out["gpu"]["healthyNodes"] == NODES
-        assert out["canary"]["passed"] is True
+        converges_in_one_up_refresh(proj)
         assert ssh("node2", "systemctl is-active slurmd").stdout.strip() == "active"
         proj.run("preview", "--stack", "lab", "--expect-no-changes")
     finally:

@@ -37,6 +37,13 @@ def set_storage(proj: PulumiProject) -> None:
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
 
 
+def drop_datasets(before: str = "") -> None:
+    """After a module's destroy (which keeps the data): the stores gone, for the next module.
+    `before`: shell run first (with the pool imported)."""
+    ssh("storage", f"zpool import -d /var/lib/zfs-vdev ai 2>/dev/null; {before}"
+                   "zfs destroy -r ai/models; zfs destroy -r ai/data", check=False)
+
+
 def outputs(proj) -> dict:
     return json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
 
@@ -51,8 +58,7 @@ def stored(lab, tmp_path_factory):
         yield proj
     finally:
         proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
-        ssh("storage", "zpool import -d /var/lib/zfs-vdev ai 2>/dev/null; "
-                       "zfs destroy -r ai/models; zfs destroy -r ai/data", check=False)
+        drop_datasets()
 
 
 def test_datasets_are_mounted_as_themselves_with_their_duties(stored):
