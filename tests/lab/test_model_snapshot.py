@@ -30,7 +30,7 @@ from tests.pulumi_cli import PulumiProject
 
 from .labhosts import ssh
 from .test_slurm_cluster import NODES
-from .test_storage import outputs, set_storage, storage_version
+from .test_storage import drop_datasets, outputs, set_storage, storage_version
 
 REPO = "lab/tiny-video-dit"
 MODELS, STAGING = "/srv/ai/models", "/srv/ai/models/.staging"
@@ -88,8 +88,7 @@ def model(hub, tmp_path_factory):
         yield proj
     finally:
         proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
-        ssh("storage", "zpool import -d /var/lib/zfs-vdev ai 2>/dev/null; zfs set quota=none ai/models; "
-                       "zfs destroy -r ai/models; zfs destroy -r ai/data", check=False)
+        drop_datasets(before="zfs set quota=none ai/models; ")
 
 
 def test_a_revision_the_hub_does_not_have_is_refused_before_anything_is_written(model):
@@ -243,14 +242,21 @@ def test_a_truncated_safetensors_file_is_refused(model):
 def test_a_full_store_keeps_the_partial_download_and_publishes_nothing(model):
     hub = model.hub
     rev = fork(hub.root, hub.commit, "again", lambda t: None)
-    # room for 40 MiB more (zfs-fuse's `used` moves while earlier frees settle: read it again)
-    ssh("storage", "sync; for i in 1 2 3 4 5 6 7 8 9 10; do used=$(zfs get -H -p -o value used ai/models); "
-                   "zfs set quota=$((used + 41943040)) ai/models 2>/dev/null && exit 0; sleep 1; done; exit 1")
+    # room for 40 MiB more; zfs-fuse's `used` keeps moving for a while after the earlier
+    # downloads (and refuses a quota below it): wait until two reads 2 s apart agree
+    ssh("storage", "sync; last=; for i in $(seq 30); do used=$(zfs get -H -p -o value used ai/models); "
+                   "if [ \"$used\" = \"$last\" ] && zfs set quota=$((used + 41943040)) ai/models 2>/dev/null; "
+                   "then exit 0; fi; last=$used; sleep 2; done; exit 1")
+    # huggingface_hub deletes the partial file of a download that fails (only a killed run
+    # leaves one): what stays is every finished file, so the big shard is slowed to fill the
+    # store only after the small files are in
+    hub.rate = 8e6
     try:
         _refused(model, rev, "the models store is full", "nothing published")
         kept = int(ssh("storage", f"du -sb {STAGING}/{REPO}/{rev} | cut -f1").stdout)
         assert kept > 10 * 2 ** 20, kept
     finally:
+        hub.rate = None
         ssh("storage", "zfs set quota=none ai/models")
     since = len(hub.requests)
     set_model(model, revision=rev)
