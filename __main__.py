@@ -31,6 +31,8 @@ if fleet.gpu is not None:
     pulumi.export("gpu", fleet.gpu.output())
 if fleet.model is not None:
     pulumi.export("modelSnapshot", fleet.model.output())
+if fleet.k3s is not None:
+    pulumi.export("k3sRetirement", fleet.k3s.output())
 if fleet.slurm is not None:
     pulumi.export("slurmNodes", fleet.slurm.admitted)
 if fleet.accounting is not None:

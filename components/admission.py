@@ -10,8 +10,8 @@ renders its config from `Admission.admitted` alone.
 
 Fail closed: a node a gate judges but did not pass is refused, also when the
 gate has no verdict for it. Static refusals need no layer: an `unreachable`
-node and a K3s-owned node (nothing hands it over until the K3s retirement
-layer exists) never join, whatever the gates say. The config check refuses
+node never joins, and a K3s-owned node joins only through the K3s retirement
+layer's gate (stopped, with a sealed bundle). The config check refuses
 both before any host is touched; this is the same rule where the rendered
 config is decided.
 """
@@ -28,8 +28,8 @@ from .config import FleetConfig, NodeSpec
 #: why a node is never admitted whatever the gates say, by owner
 STATIC_REFUSALS = {
     "unreachable": "unreachable: kept pending until it is re-verified",
-    "k3s": ("k3s: K3s still runs this node and no layer has handed it over (the K3s "
-            "retirement layer is not built yet)"),
+    "k3s": ("k3s: K3s still runs this node and no layer has handed it over (it is not in "
+            "k3s_retirement.retire)"),
 }
 
 
@@ -64,6 +64,8 @@ def decide(candidates: Sequence[NodeSpec], verdicts: Mapping[str, tuple[frozense
     admitted, refused = [], {}
     for n in candidates:
         why: Optional[str] = STATIC_REFUSALS.get(n.owner)
+        if n.owner == "k3s" and n.name in verdicts.get("k3s_retirement", (frozenset(),))[0]:
+            why = None  # the retirement layer judges it: handed over only once stopped and sealed
         for layer, (judges, passed, reasons) in verdicts.items():
             if why is None and n.name in judges and n.name not in (passed or []):
                 given = (reasons or {}).get(n.name) or ["no verdict for this node"]

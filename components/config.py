@@ -39,16 +39,16 @@ SECRET_KEYS = frozenset({"munge_key", "db_password", "jwt_key", "hf_token"})
 #: A section for one of them is an error (it would do nothing); landing a layer removes its
 #: line here and adds its model to FleetConfig.
 NOT_BUILT = {
-    "k3s_retirement": "the K3s retirement layer",
     "web": "the web view",
     "guards": "the node guards layer (GPU temperature, host memory)",
     "tenancy": "the tenancy layer (multi-tenant quotas)",
 }
 
-#: why a K3s-owned node cannot be in a partition while the K3s retirement layer is not built
+#: why a K3s-owned node cannot be in a partition unless the K3s retirement layer retires it
 K3S_NOT_HANDED_OVER = (
-    "K3s still runs it, and the K3s retirement layer that hands a node over to Slurm (audit, "
-    "preserve, stop, restore on rollback) is not built yet; take it out of the partition until then")
+    "K3s still runs it: only the K3s retirement layer hands a node over to Slurm (audit, preserve "
+    "with proof, stop, restore on rollback); list it in k3s_retirement.retire (layer enabled) or take "
+    "it out of the partition")
 
 Owner = Literal["k3s", "slurm", "free", "unreachable"]
 
@@ -168,6 +168,12 @@ def _is_commit(v: str) -> bool:
 
 
 CommitId = _checked("a 40-hex commit id", _is_commit)
+UnitName = _checked("a systemd service unit name (k3s.service)", r"[A-Za-z0-9@_.:-]{1,240}\.service")
+ChangeId = _checked("a change ID: a lowercase letter or digit, then lowercase letters, digits and . _ - "
+                    "(at most 64 characters)", r"[a-z0-9][a-z0-9._-]{0,63}")
+KubeResource = _checked("a Kubernetes resource as kubectl names it: plural, optionally with its API "
+                        "group (deployments.apps, cronjobs.batch, configmaps)",
+                        r"[a-z][a-z0-9-]{0,62}(\.[a-z0-9][a-z0-9-]{0,62})*")
 HubPattern = _checked("a file pattern (fnmatch) of letters, digits and . _ - / * ? [ ] (at most 200)",
                       r"[A-Za-z0-9._/*?\[\]-]{1,200}")
 def _is_endpoint(v: str) -> bool:
@@ -425,6 +431,51 @@ class ModelSnapshotLayer(_Strict):
     packages: dict[PackageName, DebianVersion] = Field(default_factory=dict)
 
 
+class K3sPaths(_Strict):
+    """Where K3s keeps what retirement preserves (K3s's own defaults)."""
+
+    datastore: RemotePath = "/var/lib/rancher/k3s/server/db/state.db"
+    token: RemotePath = "/var/lib/rancher/k3s/server/token"
+    kubeconfig: RemotePath = "/etc/rancher/k3s/k3s.yaml"
+    kubectl: RemotePath = "/usr/local/bin/kubectl"
+    config_dir: RemotePath = "/etc/rancher/k3s"
+
+
+class K3sRetirementLayer(_Strict):
+    """Nodes taken from K3s into Slurm, K3s kept whole: audit, preserve with proof, stop in
+    batches (server last), hand over; rollback brings K3s back from the bundle.
+
+    `change_id` names one retirement: every step's marker and the immutable baseline live under
+    it in the bundle, so an interrupted `up` resumes that change; a new retirement after a
+    rollback takes a new ID."""
+
+    enabled: bool = False
+    change_id: Optional[ChangeId] = None
+    #: the K3s server node (stopped last, restored first)
+    server: Optional[HostName] = None
+    #: the K3s nodes this stack retires (owner k3s); they may then be in a partition
+    retire: list[HostName] = Field(default_factory=list)
+    batch_size: int = Field(4, ge=1, le=256)
+    #: the recovery bundles, on the storage host (never deleted by a rollback)
+    bundle_dir: RemotePath = "/srv/gpu-fleet/backup/k3s"
+    #: the API kinds whose objects are exported (the workload intent)
+    kinds: list[KubeResource] = Field(default_factory=lambda: [
+        "deployments.apps", "daemonsets.apps", "statefulsets.apps", "cronjobs.batch", "jobs.batch",
+        "services", "configmaps", "persistentvolumeclaims"], min_length=1)
+    #: namespaces whose objects are not exported (K3s recreates its own)
+    skip_namespaces: list[HostName] = Field(default_factory=lambda: [
+        "kube-system", "kube-public", "kube-node-lease"])
+    #: host directories preserved besides the hostPath volumes found in the exported objects
+    host_paths: list[RemotePath] = Field(default_factory=list)
+    paths: K3sPaths = K3sPaths()
+    #: K3s's units (server, agent)
+    server_unit: UnitName = "k3s.service"
+    agent_unit: UnitName = "k3s-agent.service"
+    #: an agent counts as Ready when its Ready condition is True and heartbeat is this fresh
+    ready_within_s: int = Field(40, ge=5, le=600)
+    timeout_s: int = Field(300, ge=30)
+
+
 class AcceptanceLayer(_Strict):
     enabled: bool = True
     job_timeout_s: int = Field(300, ge=10)
@@ -442,6 +493,7 @@ class FleetConfig(_Strict):
     slurm: SlurmLayer = SlurmLayer()
     accounting: AccountingLayer = AccountingLayer()
     model_snapshot: ModelSnapshotLayer = ModelSnapshotLayer()
+    k3s_retirement: K3sRetirementLayer = K3sRetirementLayer()
     acceptance: AcceptanceLayer = AcceptanceLayer()
 
     def node(self, name: str) -> NodeSpec:
@@ -544,7 +596,7 @@ def _cross_check(cfg: FleetConfig) -> list[str]:
                     f"{where}: node {name!r} is unreachable and stays pending; "
                     "it cannot join a partition until it is re-verified"
                 )
-            elif node.owner == "k3s":
+            elif node.owner == "k3s" and not (cfg.k3s_retirement.enabled and name in cfg.k3s_retirement.retire):
                 problems.append(f"{where}: node {name!r} is owned by k3s: {K3S_NOT_HANDED_OVER}")
 
     s = cfg.slurm
@@ -575,6 +627,45 @@ def _cross_check(cfg: FleetConfig) -> list[str]:
                     "accounting.dbd_clients")
     problems += _storage_check(cfg)
     problems += _model_check(cfg)
+    problems += _k3s_check(cfg)
+    return problems
+
+
+def _k3s_check(cfg: FleetConfig) -> list[str]:
+    """The K3s retirement layer's rules: one change ID, a K3s server, K3s nodes only, and never
+    an agent left running without its server."""
+    k = cfg.k3s_retirement
+    if not k.enabled:
+        return []
+    where = f"{PROJECT}:k3s_retirement"
+    problems = [f"{where}.{f}: required when the layer is enabled" for f in ("change_id", "server")
+                if getattr(k, f) is None]
+    if not k.retire:
+        problems.append(f"{where}.retire: required when the layer is enabled: the K3s nodes to retire")
+    by_name = {n.name: n for n in cfg.nodes}
+    if k.server is not None:
+        s = by_name.get(k.server)
+        if s is None:
+            problems.append(f"{where}.server: unknown node {k.server!r}")
+        elif s.owner != "k3s":
+            problems.append(f"{where}.server: node {k.server!r} is owned by {s.owner}, not k3s")
+    seen: set[str] = set()
+    for i, name in enumerate(k.retire):
+        w = f"{where}.retire[{i}]"
+        n = by_name.get(name)
+        if name in seen:
+            problems.append(f"{w}: node {name!r} listed twice")
+        seen.add(name)
+        if n is None:
+            problems.append(f"{w}: unknown node {name!r}")
+        elif n.owner != "k3s":
+            problems.append(f"{w}: node {name!r} is owned by {n.owner}; only a k3s-owned node is retired")
+    if k.server in seen:
+        left = [n.name for n in cfg.nodes if n.owner == "k3s" and n.name not in seen]
+        if left:
+            problems.append(f"{where}.retire: retiring the server {k.server!r} would leave the K3s agents "
+                            f"{', '.join(left)} without it; retire them too (the server stops last and "
+                            "comes back first)")
     return problems
 
 

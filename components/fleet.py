@@ -29,6 +29,7 @@ from .layers.acceptance.component import Acceptance, AcceptanceInputs
 from .layers.acceptance.gate import JobPaths
 from .layers.accounting.component import Accounting, AccountingInputs
 from .layers.gpu_runtime.component import GpuRuntime, GpuRuntimeInputs
+from .layers.k3s_retirement.component import K3sRetirement, K3sRetirementInputs
 from .layers.model_snapshot.component import ModelSnapshot, ModelSnapshotInputs
 from .layers.slurm.component import SlurmCluster, SlurmInputs
 from .layers.storage.component import Storage, StorageInputs
@@ -66,9 +67,17 @@ class Fleet(pulumi.ComponentResource):
                                    child).outputs
             gates.append(self.storage.gate)
             job_paths = self.storage.job_paths
+        # K3s nodes: handed over once stopped with a sealed bundle; what the GPU and Slurm layers
+        # put on a retired node waits on its stop (and goes before K3s comes back on rollback)
+        self.k3s = None
+        node_after: dict[str, list[pulumi.Resource]] = {}
+        if cfg.k3s_retirement.enabled:
+            self.k3s = K3sRetirement(K3sRetirementInputs(cfg, root), child).outputs
+            gates.append(self.k3s.gate)
+            node_after = {n: [r] for n, r in self.k3s.handed_over.items()}
         self.gpu = None
         if cfg.gpu_runtime.enabled:
-            self.gpu = GpuRuntime.for_stack(GpuRuntimeInputs(cfg, root), opts=child).outputs
+            self.gpu = GpuRuntime.for_stack(GpuRuntimeInputs(cfg, root, node_after=node_after), opts=child).outputs
             gates.append(self.gpu.gate)
         self.admission: Admission = admit(cfg, gates)
         # the model downloads beside the Slurm rollout (it needs only the store); the final
@@ -88,7 +97,8 @@ class Fleet(pulumi.ComponentResource):
                       and secrets.jwt_key is not None)
         controller_gate, hand_over = pulumi.deferred_output()
         self.slurm = SlurmCluster(SlurmInputs(
-            cfg, root, secrets.munge_key, self.admission, controller_gate, accounting, job_paths), child).outputs
+            cfg, root, secrets.munge_key, self.admission, controller_gate, accounting, job_paths,
+            node_after), child).outputs
         after = [self.slurm.reconfigured]
         if accounting:
             self.accounting = Accounting(AccountingInputs(

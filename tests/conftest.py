@@ -17,10 +17,9 @@ def stack_config(stack: str) -> dict:
 
 
 def fleet14() -> dict:
-    """The full stack as it will be once the K3s retirement layer has handed its 12 K3s nodes
-    over to Slurm: those nodes owned by slurm, the layer's section gone. A valid 14-node fleet,
-    for what the full fleet renders and declares (the committed full stack does not parse until
-    that layer lands)."""
+    """The full stack after its K3s retirement, as a plain Slurm fleet: the 12 K3s nodes owned by
+    slurm, the layer's section gone. A valid 14-node fleet, for what the full fleet renders and
+    declares without the retirement's resources."""
     raw = stack_config("full")
     del raw["gpu-fleet:k3s_retirement"]
     for n in raw["gpu-fleet:nodes"]:
@@ -31,7 +30,7 @@ def fleet14() -> dict:
 
 @pytest.fixture
 def full_config() -> dict:
-    """The committed full stack as it is: the seed's target, refused until K3s retirement lands."""
+    """The committed full stack as it is: the seed's target, 12 K3s nodes retired into Slurm."""
     return copy.deepcopy(stack_config("full"))
 
 

@@ -24,6 +24,7 @@ them (`RunStopped`); see lifeline.py.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -353,6 +354,88 @@ class Connection:
                 self._connected = False  # the next connect tries again (and remembers a dead host)
             raise err
         return res
+
+
+    def pipe(self, argv: Sequence[Piece], dst: "Connection", dst_argv: Sequence[Piece], *,
+             timeout: int = 3600) -> tuple[Result, Result]:
+        """Run argv here with its stdout streamed into dst_argv on another host (no copy on this
+        machine, nothing decoded: a datastore or a tar goes host to host). Both commands are
+        mutating in the log; each one's stderr comes back (stdout of the source is the stream).
+        Fails, naming the side, unless both exit 0."""
+        sides = []
+        for c, a in ((self, argv), (dst, dst_argv)):
+            if c.t.user != "root":
+                a = ["sudo", "-n", "--", *a]
+            c._check_files()
+            c._refuse_if_remembered(display(a))
+            sides.append((c, a, display(a)))
+        start = time.monotonic()
+        procs = []
+        try:
+            for c, a, _ in sides:
+                procs.append(lifeline.spawn([*ssh_argv(c.t), "--", shell_join(a)], mutating=True))
+        except lifeline.Refused as e:
+            for p in procs:
+                lifeline.kill(p, after_s=0)
+                p.wait()
+                lifeline.done(p)
+            raise RunStopped(self.t.name, sides[0][2], str(e)) from None
+        src, dstp = procs
+        errs: dict[int, bytes] = {}
+        moved = [0]
+
+        def pump() -> None:
+            try:
+                while chunk := src.stdout.read(1 << 20):
+                    moved[0] += len(chunk)
+                    dstp.stdin.write(chunk)
+            except (BrokenPipeError, ValueError):
+                pass
+            finally:
+                with contextlib.suppress(BrokenPipeError, ValueError, OSError):
+                    dstp.stdin.close()
+
+        def drain(i: int, f) -> None:
+            errs[i] = f.read()
+
+        threads = [threading.Thread(target=pump, daemon=True),
+                   threading.Thread(target=drain, args=(0, src.stderr), daemon=True),
+                   threading.Thread(target=drain, args=(1, dstp.stdout), daemon=True),
+                   threading.Thread(target=drain, args=(2, dstp.stderr), daemon=True)]
+        src.stdin.close()
+        for th in threads:
+            th.start()
+        deadline = start + timeout
+        whys = []
+        for p in procs:
+            try:
+                p.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                for q in procs:
+                    lifeline.kill(q, after_s=0)
+                p.wait()
+            whys.append(lifeline.done(p))
+        for th in threads:
+            th.join(timeout=10)
+        took = time.monotonic() - start
+        results = []
+        for (c, _, cmd), p, err, why in zip(sides, procs, (errs.get(0, b""), errs.get(2, b"")), whys):
+            out = (errs.get(1, b"") if p is dstp else b"")
+            _log_command(c.t.name, cmd, True, None if why else p.returncode, took)
+            secrets = secrets_of(sides[0][1] if p is src else sides[1][1])
+            results.append(Result(p.returncode, mask(out.decode(errors="replace"), secrets),
+                                  mask(err.decode(errors="replace"), secrets)))
+        for (c, _, cmd), p, r, why in zip(sides, procs, results, whys):
+            if why is not None and p.returncode != 0:
+                raise RunStopped(c.t.name, cmd, why, took, r.stdout + r.stderr)
+        if time.monotonic() > deadline:
+            raise HostError(self.t.name, sides[0][2], None, "", f"streaming to {dst.t.name} timed out after {timeout} s")
+        for (c, _, cmd), p, r in zip(sides, procs, results):
+            if p.returncode != 0:
+                raise _classify(c.t, cmd + (f" (streaming to {dst.t.name})" if p is src else
+                                            f" (streamed from {self.t.name}, {moved[0]} bytes)"),
+                                p.returncode, r.stdout + r.stderr)
+        return results[0], results[1]
 
 
 _connections: dict[SshTarget, Connection] = {}

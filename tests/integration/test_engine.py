@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -58,18 +59,30 @@ def test_full_fleet_summary_output(project):
     assert re.search(r"slurm_memory_mib\s*:\s*2576000", text), text
 
 
-def test_full_stack_is_refused_before_any_resource_until_k3s_retirement_lands(project):
-    """The committed full stack puts 12 K3s nodes in Slurm; nothing hands them over yet."""
+def test_full_stack_previews_its_k3s_retirement_before_slurm_takes_the_nodes(project):
+    """The committed full stack retires 12 K3s nodes: one audit, a preserve and a stop per node,
+    one seal; every retired node's Slurm resources wait on its stop."""
     project.init_stack("full")
-    p = project.run("preview", "--stack", "full", check=False)
-    text = p.stdout + p.stderr
-    assert p.returncode != 0 and "Traceback" not in text
-    assert "gpu-fleet:index:Fleet" not in text
-    assert ("stacks/Pulumi.full.yaml: gpu-fleet:k3s_retirement: the K3s retirement layer is not "
-            "built yet") in text
-    for i in range(2, 14):
-        assert (f"stacks/Pulumi.full.yaml: gpu-fleet:slurm.partitions[0] (v100).nodes[{i}]: node "
-                f"'gpu{i + 1:02d}' is owned by k3s: K3s still runs it") in text
+    p = project.run("preview", "--stack", "full", "--json", check=False)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    steps = json.loads(p.stdout)["steps"]
+    kinds = [s["newState"]["type"] for s in steps if s.get("newState")]
+    assert kinds.count("pulumi-python:dynamic/k3s:Audit") == 1
+    assert kinds.count("pulumi-python:dynamic/k3s:Preserve") == 12
+    assert kinds.count("pulumi-python:dynamic/k3s:Seal") == 1
+    assert kinds.count("pulumi-python:dynamic/k3s:Stop") == 12
+    by_urn = {s["urn"]: s["newState"] for s in steps if s.get("newState")}
+
+    def urn(name: str) -> str:
+        return next(u for u in by_urn if u.endswith("::" + name))
+
+    server = by_urn[urn("gpu03-k3s-stop")]
+    assert {urn(f"gpu{i:02d}-k3s-stop") for i in range(4, 15)} <= set(server["dependencies"])
+    # batches of 4: gpu08..gpu11 wait on gpu04..gpu07
+    assert set(by_urn[urn("gpu08-k3s-stop")]["dependencies"]) >= {urn(f"gpu{i:02d}-k3s-stop") for i in range(4, 8)}
+    assert urn("gpu04-k3s-stop") not in by_urn[urn("gpu05-k3s-stop")]["dependencies"]
+    assert urn("gpu05-k3s-stop") in by_urn[urn("gpu05-munge-account")]["dependencies"]
+    assert urn("gpu05-k3s-stop") in by_urn[urn("gpu05-slurm-apt-source")]["dependencies"]
 
 
 def failed_preview(project, stack: str, mutate) -> str:

@@ -25,29 +25,31 @@ def problems_of(raw: dict) -> list[str]:
     return exc.value.problems
 
 
-K3S_SENTENCE = ("K3s still runs it, and the K3s retirement layer that hands a node over to Slurm "
-                "(audit, preserve, stop, restore on rollback) is not built yet; take it out of the "
-                "partition until then")
+K3S_SENTENCE = ("K3s still runs it: only the K3s retirement layer hands a node over to Slurm (audit, "
+                "preserve with proof, stop, restore on rollback); list it in k3s_retirement.retire "
+                "(layer enabled) or take it out of the partition")
 
 
-def test_full_stack_is_refused_until_k3s_retirement_lands(full_config):
-    """The committed full stack is the seed's target: 12 of its 14 partition nodes still run K3s."""
+def test_full_stack_retires_its_k3s_nodes(full_config):
+    """The committed full stack is the seed's target: 12 of its 14 partition nodes run K3s and
+    the K3s retirement layer retires them (server gpu03, agents 4 at a time)."""
     owners = [n["owner"] for n in full_config["gpu-fleet:nodes"]]
     assert owners.count("k3s") == 12 and len(full_config["gpu-fleet:slurm"]["partitions"][0]["nodes"]) == 14
+    k = parse_fleet_config(full_config, "stacks/Pulumi.full.yaml").k3s_retirement
+    assert (k.enabled, k.server, k.batch_size, len(k.retire)) == (True, "gpu03", 4, 12)
+
+
+def test_full_stack_without_its_retirement_is_refused_naming_every_k3s_node(full_config):
+    del full_config["gpu-fleet:k3s_retirement"]
     with pytest.raises(ConfigError) as exc:
         parse_fleet_config(full_config, "stacks/Pulumi.full.yaml")
     assert exc.value.problems == [
-        "gpu-fleet:k3s_retirement: the K3s retirement layer is not built yet; remove this section "
-        "(it would do nothing)",
-    ] + [
         f"gpu-fleet:slurm.partitions[0] (v100).nodes[{i - 1}]: node 'gpu{i:02d}' is owned by k3s: "
         + K3S_SENTENCE for i in range(3, 15)
     ]
     lines = str(exc.value).splitlines()
     assert lines[0] == "invalid stack configuration in stacks/Pulumi.full.yaml:"
-    assert lines[1] == ("  stacks/Pulumi.full.yaml: gpu-fleet:k3s_retirement: the K3s retirement layer "
-                        "is not built yet; remove this section (it would do nothing)")
-    assert len(lines) == 14
+    assert len(lines) == 13
 
 
 def test_fleet14_is_the_seed_fleet(fleet14_config):
@@ -213,7 +215,6 @@ def test_accounting_backups_must_live_outside_the_datadir(fleet14_config):
 
 NOT_BUILT_SECTIONS = {
     "web": {"enabled": True, "listen_address": "0.0.0.0"},
-    "k3s_retirement": {"enabled": True, "retire": ["gpu01"]},
     "guards": {"enabled": True},
     "tenancy": {"enabled": False},
 }

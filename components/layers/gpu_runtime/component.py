@@ -44,7 +44,7 @@ import hashlib
 import io
 import json
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
@@ -345,6 +345,8 @@ class GpuRuntimeInputs:
     root: Path
     #: anything whose change must re-run the probes on `up`
     triggers: Optional[pulumi.Input[dict]] = None
+    #: node -> what must be in place before the layer writes to it (a retired K3s node's stop)
+    node_after: Mapping[str, Sequence[pulumi.Resource]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -379,6 +381,7 @@ class GpuRuntime(pulumi.ComponentResource):
                  required_cgroup_controllers: Sequence[str] = (), require_ntp: bool = False,
                  probe_timeout_s: int = DEFAULT_PROBE_TIMEOUT_S, max_parallel: int = 16,
                  triggers: Optional[pulumi.Input[dict]] = None,
+                 node_after: Optional[Mapping[str, Sequence[pulumi.Resource]]] = None,
                  opts: Optional[pulumi.ResourceOptions] = None):
         """`nodes`: (NodeSpec, conn) pairs, conn from `components.hosts.conn_input`; nodes without
         GPUs are ignored, `unreachable` ones are pending (no file, no probe). `probe_paths`
@@ -404,7 +407,7 @@ class GpuRuntime(pulumi.ComponentResource):
             self.files.append(Payload(
                 f"{name}-{n.name}-pynvml", conn=conn, path=self.pynvml["path"], source=pinned.path,
                 mode="0644", owner="root", group="root",
-                opts=pulumi.ResourceOptions(parent=self, aliases=[
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list((node_after or {}).get(n.name, ())), aliases=[
                     pulumi.Alias(type_="pulumi-python:dynamic/host:File")])))
 
         self.baseline = GpuBaseline(
@@ -465,4 +468,5 @@ class GpuRuntime(pulumi.ComponentResource):
             dumped = paths.model_dump() if hasattr(paths, "model_dump") else dict(paths)
             extra["probe_paths"] = {k: v for k, v in dumped.items() if v is not None}
         return cls("gpu", [(n, conn_input(n, cfg.ssh, root)) for n in cfg.nodes if n.gpus],
-                   layer, max_parallel=cfg.ssh.max_parallel, triggers=triggers, opts=opts, **extra)
+                   layer, max_parallel=cfg.ssh.max_parallel, triggers=triggers, node_after=inputs.node_after,
+                   opts=opts, **extra)

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pulumi
 
-from dataclasses import dataclass
-from typing import Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence
 
 from ...admission import Admission
 from ...config import FleetConfig, HostSpec
@@ -67,6 +67,8 @@ class SlurmInputs:
     accounting: bool = False
     #: where the canary-first job reads and writes (the storage layer's, when it is on)
     job_paths: JobPaths = JobPaths()
+    #: node -> what must be in place before the layer touches it (a retired K3s node's stop)
+    node_after: Mapping[str, Sequence[pulumi.Resource]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -104,7 +106,7 @@ class SlurmCluster(pulumi.ComponentResource):
         key_hash = munge_key.apply(lambda k: _sha(k)[:16])
 
         ctl = cfg.hosts.controller
-        self.packages = SlurmPackages(cfg, root, pulumi.ResourceOptions(parent=self))
+        self.packages = SlurmPackages(cfg, root, pulumi.ResourceOptions(parent=self), inputs.node_after)
         daemons: list[pulumi.Resource] = []
         ctl_conf: list[pulumi.Resource] = []
         ctl_base: list[pulumi.Resource] = []
@@ -113,8 +115,8 @@ class SlurmCluster(pulumi.ComponentResource):
         def host_layer(host: HostSpec, packages: dict[str, str], is_node: bool,
                        after: tuple[pulumi.Resource, ...] = ()) -> pulumi.Resource:
             conn = conn_input(host, cfg.ssh, root)
-            parent = pulumi.ResourceOptions(parent=self)
             h = host.name
+            parent = pulumi.ResourceOptions(parent=self, depends_on=list(inputs.node_after.get(h, ())))
             ids = [
                 Account(f"{h}-munge-account", conn=conn, user="munge", uid=s.munge_uid, gid=s.munge_gid,
                         home="/nonexistent", opts=parent),

@@ -22,6 +22,7 @@ signing them (a `Release` file + key) is left to the real fleet's build step.
 from __future__ import annotations
 
 import json
+from typing import Mapping, Sequence
 
 import pulumi
 
@@ -43,7 +44,8 @@ def release_name(cfg: FleetConfig) -> str:
 class SlurmPackages(pulumi.ComponentResource):
     """Publishes the stack's Slurm release on storage and points every Slurm host at it."""
 
-    def __init__(self, cfg: FleetConfig, root, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, cfg: FleetConfig, root, opts: pulumi.ResourceOptions | None = None,
+                 node_after: Mapping[str, Sequence[pulumi.Resource]] | None = None):
         super().__init__("gpu-fleet:slurm:SlurmPackages", "slurm-packages", None, opts)
         r = cfg.slurm.release
         st = cfg.hosts.storage
@@ -76,5 +78,6 @@ class SlurmPackages(pulumi.ComponentResource):
                 path="/etc/apt/sources.list.d/gpu-fleet-slurm.list",
                 content=f"# gpu-fleet: Slurm release {r.version} ({r.debian_version}) from {st.name}\n"
                         f"deb [trusted=yes] {self.url} ./\n",
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.server]))
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[
+                    self.server, *(node_after or {}).get(h.name, ())]))
         self.register_outputs({"url": self.url, "release": rel})
