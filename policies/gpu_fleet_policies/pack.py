@@ -11,7 +11,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from . import exposure, hosts, identities, model, packages, relax, secrets, slurm, storage
+from . import exposure, hosts, identities, k3s, model, packages, relax, secrets, slurm, storage
 
 PACK_NAME = "gpu-fleet"
 
@@ -90,8 +90,18 @@ _SPECS = [
      "The model download unit is never enabled: only `pulumi up` starts a download, never a boot.",
      model.validate_not_at_boot, Severity.MEDIUM),
     ("hosts-slurm-membership", "stack",
-     "No K3s-owned or unreachable node is in a Slurm partition (no layer hands a K3s node over yet).",
+     "No unreachable node is in a Slurm partition, and no K3s node without a sealed bundle: the stack "
+     "retires it with a K3s Stop that waits on a K3s Seal.",
      hosts.validate_slurm_membership, Severity.HIGH),
+    ("k3s-postgres-restore-proof", "resource",
+     "No K3s node that runs PostgreSQL is stopped without a restore proof for every database (dump "
+     "restored into a scratch database, same tables and rows). The audit and proofs are unknown "
+     "during a first preview (skipped); checked on real values before `pulumi up` stops K3s.",
+     k3s.validate_postgres_proof, Severity.CRITICAL),
+    ("k3s-batches-server-last", "stack",
+     "K3s agents stop in batches of at least one, each agent after the seal and the whole previous "
+     "batch, and the K3s server last, after every agent of its change.",
+     k3s.validate_stop_order, Severity.HIGH),
     (relax.REASONS_POLICY, "stack",
      "Each policy this stack relaxes has a written reason in the policy pack config.",
      relax.validate_reasons, Severity.HIGH),

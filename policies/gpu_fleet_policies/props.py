@@ -32,6 +32,11 @@ COMMAND = "pulumi-python:dynamic/host:CommandWithVerify"
 HOST = "gpu-fleet:inventory:Host"
 INVENTORY = "gpu-fleet:inventory:Inventory"
 FLEET = "gpu-fleet:index:Fleet"
+# The K3s retirement layer's steps (components/layers/k3s_retirement/retire.py).
+K3S_AUDIT = "pulumi-python:dynamic/k3s:Audit"
+K3S_PRESERVE = "pulumi-python:dynamic/k3s:Preserve"
+K3S_SEAL = "pulumi-python:dynamic/k3s:Seal"
+K3S_STOP = "pulumi-python:dynamic/k3s:Stop"
 
 _SENTINELS = frozenset({
     UNKNOWN_BOOLEAN_VALUE, UNKNOWN_NUMBER_VALUE, UNKNOWN_STRING_VALUE, UNKNOWN_ARRAY_VALUE,

@@ -3,9 +3,10 @@
 Filled by engine.install()'s ConfigureStack hook; None until the engine has sent it (a
 policy that needs it must then fail closed). Tests set it with `configure`.
 
-No policy takes a layer's section here as proof of what that layer did: a section for a layer
-that is not built does nothing (the program refuses it), so `hosts-slurm-membership` refuses
-every K3s-owned node in Slurm whatever `gpu-fleet:k3s_retirement` says.
+No policy takes a layer's section here as proof of what that layer did: `hosts-slurm-membership`
+admits a K3s-owned node in Slurm only on the retirement's own resources (a K3s Stop after a K3s
+Seal), whatever `gpu-fleet:k3s_retirement` says. `k3s-batches-server-last` reads its
+`batch_size` (a setting, not a proof).
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """The policy pack end to end with the real CLI: `pulumi preview --policy-pack policies`.
 
-Every stack in stacks/ previews clean under the pack, except `full`: it is the seed's target
-and fails before any host is touched until the K3s retirement layer lands. The fixture program
-(tests/policy/programs/fixtures, one case per stack) declares resources directly, bypassing
-the stack config validation that already refuses a K3s node in a partition: each bad case
-fails with its policy's message, the compliant case and the unknown-during-preview case pass,
-and a relaxation with a reason turns a failure into a printed advisory.
+Every stack in stacks/ previews clean under the pack, `full` too: its 12 K3s nodes are in a
+partition because the K3s retirement layer retires them (a Stop per node after the seal, agents
+in batches, the server last). The fixture program (tests/policy/programs/fixtures, one case per
+stack) declares resources directly, bypassing the stack config validation that already refuses
+a K3s node in a partition: each bad case fails with its policy's message, the compliant cases
+(and the retirement as the layer declares it) and the unknown-during-preview case pass, and a
+relaxation with a reason turns a failure into a printed advisory.
 
 No preview may contact a host: `ssh` on PATH is a stub that leaves a mark, and the transport's
 command log must stay empty.
@@ -20,13 +21,14 @@ from pathlib import Path
 import pytest
 
 from tests.pulumi_cli import PROJECT_FILES, ROOT, PulumiProject
-from tests.unit.test_config import K3S_SENTENCE
 
 POLICIES = ROOT / "policies"
 PROGRAM = Path(__file__).resolve().parent / "programs" / "fixtures"
 STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
 #: stacks that describe a target the built layers cannot reach yet: their preview must fail
-NOT_YET = {"full"}
+NOT_YET: set[str] = set()
+CASES = ("compliant", "root-jobs", "plain-munge-key", "k3s-node", "k3s-retired", "k3s-unsealed",
+         "k3s-server-first", "k3s-no-pg-proof", "account-drift", "unknown")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -79,11 +81,11 @@ def fixtures(tmp_path_factory) -> Guarded:
     project = PulumiProject.copy_of(
         tmp, [PROGRAM / "Pulumi.yaml", PROGRAM / "__main__.py", ROOT / "components", POLICIES])
     g = Guarded(project, tmp)
-    for case in ("compliant", "root-jobs", "plain-munge-key", "k3s-node", "account-drift", "unknown"):
+    for case in CASES:
         project.init_stack(case)
         g.stacks.add(case)
         project.run("config", "set", "--stack", case, "policy-fixtures:case", case)
-    # A k3s_retirement section is no proof while that layer is not built: this case has one.
+    # A k3s_retirement section is no proof without the retirement's resources: this case has one.
     project.run("config", "set", "--stack", "k3s-node", "--path",
                 "gpu-fleet:k3s_retirement.enabled", "true")
     project.run("config", "set", "--stack", "k3s-node", "--path",
@@ -110,17 +112,16 @@ def test_every_stack_previews_clean(repo, stack):
         assert "[advisory]" not in out, out
 
 
-def test_full_stack_fails_before_any_host_naming_file_and_fields(repo):
-    """`make up STACK=full` would start slurmd on 12 nodes K3s still runs: refused up front."""
+def test_full_stack_retires_its_k3s_nodes_under_the_pack(repo):
+    """The seed's target: 12 K3s nodes in the partition, each retired by the layer (audit,
+    preserve, seal, agents 4 at a time, the server gpu03 last); the pack sees the graph."""
+    assert "full" in STACKS
     rc, out = repo.preview("full")
-    assert rc != 0, out
-    flat = " ".join(out.split())  # the CLI may wrap long lines
-    src = "stacks/Pulumi.full.yaml"
-    assert (f"{src}: gpu-fleet:k3s_retirement: the K3s retirement layer is not built yet; remove "
-            "this section (it would do nothing)") in flat, out
+    assert rc == 0, out
+    assert "gpu-fleet@v" in out and "[mandatory]" not in out, out
     for i in range(3, 15):
-        assert (f"{src}: gpu-fleet:slurm.partitions[0] (v100).nodes[{i - 1}]: node 'gpu{i:02d}' is "
-                f"owned by k3s: {K3S_SENTENCE}") in flat, out
+        assert f"gpu{i:02d}-k3s-stop" in out, out
+    assert "k3s-seal" in out, out
 
 
 BAD = {
@@ -131,9 +132,22 @@ BAD = {
                         'File "munge-key-gpu01" (/etc/munge/munge.key on gpu01) holds a secret (the '
                         "MUNGE key) but its content is a plain string"),
     "k3s-node": ("hosts-slurm-membership",
-                 'Host "gpu03" is owned by K3s but is in a Slurm partition: K3s still runs it, and the '
-                 "K3s retirement layer that hands a node over to Slurm (audit, preserve, stop, restore "
-                 "on rollback) is not built yet; take it out of gpu-fleet:slurm.partitions until then."),
+                 'Host "gpu03" is owned by K3s but is in a Slurm partition: the stack does not retire it '
+                 "(no K3s Stop acts on it), so K3s still runs it; list it in gpu-fleet:k3s_retirement.retire "
+                 "(layer enabled) or take it out of gpu-fleet:slurm.partitions."),
+    "k3s-unsealed": ("hosts-slurm-membership",
+                     'Host "gpu04" is owned by K3s but is in a Slurm partition: its K3s Stop "gpu04-k3s-stop" '
+                     "has no sealed bundle (sealed is False); seal the node's bundle (k3s:Seal) before it is "
+                     "stopped and handed to Slurm, or take it out of gpu-fleet:slurm.partitions."),
+    "k3s-server-first": ("k3s-batches-server-last",
+                         'K3s Stop "gpu03-k3s-stop" (server on gpu03) does not wait on the agent Stops '
+                         "gpu04-k3s-stop, gpu05-k3s-stop of change k3s-retire-1: the server stops last, "
+                         "after every agent batch; make it depend on them."),
+    "k3s-no-pg-proof": ("k3s-postgres-restore-proof",
+                        'K3s Stop "gpu04-k3s-stop" (agent on gpu04) stops K3s on a node whose audit found '
+                        "PostgreSQL running, without a PostgreSQL restore proof; pass the node's preserve "
+                        "proofs (each database dumped, restored into a scratch database and compared, "
+                        "tables and rows) to the stop before K3s is stopped."),
     "account-drift": ("service-account-ids",
                       'Account "slurm-gpu03" gives slurm uid 64099 on gpu03, but gpu01 gives it uid '
                       "64030; set the same uid on every host"),
@@ -152,8 +166,9 @@ def test_bad_fixture_fails_with_the_policy_message(fixtures, case):
     assert not any(f"  {p}  " in out for p in others), out
 
 
-def test_compliant_fixture_passes(fixtures):
-    rc, out = fixtures.preview("compliant")
+@pytest.mark.parametrize("case", ["compliant", "k3s-retired"])
+def test_compliant_fixture_passes(fixtures, case):
+    rc, out = fixtures.preview(case)
     assert rc == 0, out
     assert "gpu-fleet@v" in out and "[mandatory]" not in out and "[advisory]" not in out, out
 

@@ -9,11 +9,12 @@ from components.config import parse_fleet_config
 from components.layers.slurm.render import render_cgroup_conf, render_gres_conf, render_slurm_conf
 from tests.conftest import fleet14, stack_config
 
-from gpu_fleet_policies import engine, exposure, hosts, identities, packages, relax, secrets, slurm
+from gpu_fleet_policies import engine, exposure, hosts, identities, k3s, packages, relax, secrets, slurm
 from gpu_fleet_policies import stackconfig
 from gpu_fleet_policies.pack import DESCRIPTIONS, VALIDATORS, declared_levels, policies
 from gpu_fleet_policies.props import UNKNOWN, snapshot
 
+from . import fakes
 from .fakes import (
     ACCOUNT, CONN, FILE, HOST, PACKAGE_SET, SYSTEMD_UNIT, UNKNOWN_BOOL, UNKNOWN_NUM, UNKNOWN_OBJ,
     UNKNOWN_STR, Secret, file_args, policy_resource, resource_args, stack_args, violations,
@@ -443,10 +444,10 @@ def host(name, owner, in_slurm):
                                   "inSlurm": in_slurm, "gpus": 8.0, "gpuType": "v100"}, name)
 
 
-K3S_IN_SLURM = ('Host "gpu05" is owned by K3s but is in a Slurm partition: K3s still runs it, and '
-                "the K3s retirement layer that hands a node over to Slurm (audit, preserve, stop, "
-                "restore on rollback) is not built yet; take it out of gpu-fleet:slurm.partitions "
-                "until then.")
+K3S_IN_SLURM = ('Host "gpu05" is owned by K3s but is in a Slurm partition: the stack does not retire '
+                "it (no K3s Stop acts on it), so K3s still runs it; list it in "
+                "gpu-fleet:k3s_retirement.retire (layer enabled) or take it out of "
+                "gpu-fleet:slurm.partitions.")
 
 
 def test_hosts_membership():
@@ -469,11 +470,81 @@ def test_hosts_membership():
     {},
     None,  # the engine never sent the stack config
 ])
-def test_no_stack_config_makes_a_k3s_node_in_slurm_pass(config):
-    """A k3s_retirement section is no proof: the layer that would act on it is not built."""
+def test_a_k3s_retirement_section_alone_is_no_proof(config):
+    """Whatever the stack config says, only the retirement's resources hand a K3s node over."""
     stackconfig.configure(config)
     assert violations(hosts.validate_slurm_membership, stack_args(host("gpu05", "k3s", True))) == [
         K3S_IN_SLURM]
+
+
+RETIRED = ["gpu03", "gpu04", "gpu05", "gpu06", "gpu07"]
+
+
+def retired_hosts(**kw):
+    """gpu03..gpu07 in Slurm, owned by K3s, and the layer's resources retiring them."""
+    res = fakes.k3s_retirement(RETIRED, "gpu03", batch_size=2, **kw)
+    return res, [host(n, "k3s", True) for n in RETIRED] + list(res.values())
+
+
+@pytest.mark.parametrize("config", [None, {}])
+def test_a_retired_k3s_node_in_slurm_passes(config):
+    """A Stop per node that waits on the Seal (the agents of later batches through the earlier
+    batches too): sealed unknown in a first preview, true later."""
+    stackconfig.configure(config)
+    _, resources = retired_hosts()
+    assert violations(hosts.validate_slurm_membership, stack_args(*resources)) == []
+    _, resources = retired_hosts(sealed=True, seal_out={n: "ab" * 32 for n in RETIRED})
+    assert violations(hosts.validate_slurm_membership, stack_args(*resources)) == []
+    # a stop that waits on the seal only through the previous batch still waits on it
+    res, resources = retired_hosts()
+    res["gpu07-k3s-stop"].dependencies.remove(res["k3s-seal"])
+    assert res["k3s-seal"] not in res["gpu07-k3s-stop"].dependencies
+    assert violations(hosts.validate_slurm_membership, stack_args(*resources)) == []
+
+
+def test_a_k3s_node_in_slurm_without_a_sealed_bundle_is_refused():
+    res, resources = retired_hosts()
+    res["gpu04-k3s-stop"].dependencies.remove(res["k3s-seal"])  # first batch: nothing else leads there
+    assert violations(hosts.validate_slurm_membership, stack_args(*resources)) == [
+        'Host "gpu04" is owned by K3s but is in a Slurm partition: its K3s Stop "gpu04-k3s-stop" does not '
+        "wait on a K3s Seal of change k3s-retire-1, so K3s would be stopped without a sealed recovery "
+        "bundle; make the stop depend on the seal of its bundle (the K3s retirement layer does), or take "
+        "it out of gpu-fleet:slurm.partitions."]
+    # no stop at all for one node
+    res, resources = retired_hosts()
+    resources.remove(res["gpu06-k3s-stop"])
+    for r in resources:
+        if res["gpu06-k3s-stop"] in r.dependencies:
+            r.dependencies.remove(res["gpu06-k3s-stop"])
+    assert violations(hosts.validate_slurm_membership, stack_args(*resources)) == [
+        K3S_IN_SLURM.replace("gpu05", "gpu06")]
+
+
+def test_a_k3s_node_whose_bundle_is_known_unsealed_is_refused():
+    _, resources = retired_hosts(sealed=False)
+    msgs = violations(hosts.validate_slurm_membership, stack_args(*resources))
+    assert len(msgs) == len(RETIRED)
+    assert msgs[0] == (
+        'Host "gpu03" is owned by K3s but is in a Slurm partition: its K3s Stop "gpu03-k3s-stop" has no '
+        "sealed bundle (sealed is False); seal the node's bundle (k3s:Seal) before it is stopped and "
+        "handed to Slurm, or take it out of gpu-fleet:slurm.partitions.")
+    # the seal ran and sealed every node but gpu05
+    _, resources = retired_hosts(sealed=True, seal_out={n: "ab" * 32 for n in RETIRED if n != "gpu05"})
+    assert violations(hosts.validate_slurm_membership, stack_args(*resources)) == [
+        'Host "gpu05" is owned by K3s but is in a Slurm partition: the K3s Seal "k3s-seal" of change '
+        "k3s-retire-1 sealed no bundle for gpu05; add the node to the seal (its preserve's items), or take "
+        "it out of gpu-fleet:slurm.partitions."]
+
+
+def test_a_seal_of_another_change_is_no_seal():
+    res = fakes.k3s_retirement(["gpu03"], "gpu03")
+    other = fakes.k3s_retirement(["gpu03"], "gpu03", change_id="k3s-retire-0")
+    stop = res["gpu03-k3s-stop"]
+    stop.dependencies.remove(res["k3s-seal"])
+    stop.dependencies.append(other["k3s-seal"])
+    msgs = violations(hosts.validate_slurm_membership,
+                      stack_args(host("gpu03", "k3s", True), *res.values(), other["k3s-seal"]))
+    assert len(msgs) == 1 and "does not wait on a K3s Seal of change k3s-retire-1" in msgs[0], msgs
 
 
 def test_hosts_missing_and_unknown():
@@ -542,6 +613,8 @@ def test_every_message_is_a_sentence_naming_the_resource():
         (secrets.validate_private_mode, file_args("/etc/munge/munge.key", "k", "r1")),
         (exposure.validate_mariadb_loopback, file_args(MARIADB, "[mysqld]\nbind-address=0.0.0.0", "r1")),
         (exposure.validate_slurmrestd_unix_socket, unit("slurmrestd.service", rname="r1")),
+        (k3s.validate_postgres_proof, resource_args(
+            fakes.K3S_STOP, {"conn": CONN, "role": "agent", "audit": {"postgres": True}, "proofs": {}}, "r1")),
     ]
     for validator, args in cases:
         msgs = violations(validator, args)
