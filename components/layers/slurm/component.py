@@ -37,6 +37,10 @@ from .validate import validate_argv
 
 # Reconfigure only daemons older than the current slurm.conf (why: the script's header).
 _RECONFIGURE = script(__file__, "reconfigure.sh")
+# Drain the nodes a new slurm.conf drops before slurmctld takes it (why: the script's header).
+_RELEASE = script(__file__, "release_nodes.sh")
+#: how long the release waits for jobs on a node leaving the cluster
+RELEASE_WAIT_S = 600
 
 
 def _sha(text: str) -> str:
@@ -145,6 +149,12 @@ class SlurmCluster(pulumi.ComponentResource):
                 ctl_conf.append(written["slurm.conf"])
                 ctl_base.extend([*ids, pkgs, munge])
             deps: list[pulumi.Resource] = [munge, *files]
+            if not is_node:  # nodes the new slurm.conf drops are drained before slurmctld takes it
+                deps.append(CommandWithVerify(
+                    f"{h}-slurm-release-nodes", conn=conn,
+                    create=["bash", "-c", _RELEASE, "bash", f"{SLURM_ETC}/slurm.conf", str(RELEASE_WAIT_S)],
+                    verify=["true"], triggers={"slurm.conf": conf_hash},
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=files)))
             if is_node and s.fake_gpu_devices and host.name in by_name:
                 count = by_name[host.name].gpus.count
                 devs = " ".join(f"{s.gpu_device_prefix}{i}" for i in range(count))

@@ -1,0 +1,22 @@
+#!/bin/bash
+# Before slurmctld takes a slurm.conf without some nodes it serves now (a K3s node handed back, a
+# node taken out of every partition): drain those nodes and wait until no job runs on them, so
+# Slurm releases a node before anything else comes back on it. Nothing to do on a first install
+# (slurmctld not answering). $1 the new slurm.conf, $2 how long to wait for jobs (seconds).
+set -euo pipefail
+conf="$1"; wait_s="$2"
+known=$(timeout 20 scontrol show nodes -o 2>/dev/null | sed -n 's/^NodeName=\([^ ]*\).*/\1/p') || exit 0
+keep=$(sed -n 's/^NodeName=\([^ ]*\).*/\1/p' "$conf")
+for n in $known; do
+  if printf '%s\n' "$keep" | grep -qxF -- "$n"; then continue; fi
+  echo "draining $n (not in the new slurm.conf)"
+  scontrol update NodeName="$n" State=DRAIN Reason="gpu-fleet: leaving the cluster"
+  end=$((SECONDS + wait_s))
+  while [ -n "$(squeue -h -w "$n" -o %i 2>/dev/null)" ]; do
+    if [ "$SECONDS" -ge "$end" ]; then
+      echo "jobs still run on $n after ${wait_s} s: $(squeue -h -w "$n" -o '%i %u %j' | head -5 | tr '\n' ';')" >&2
+      exit 1
+    fi
+    sleep 2
+  done
+done
