@@ -1,4 +1,5 @@
-"""python -m lab up [--nodes N] | down | status | reboot HOST | reimage HOST  (as root, with the project's .venv python)."""
+"""python -m lab up [--nodes N] | down | status | reboot HOST | reimage HOST | k3s install|remove|status
+(as root, with the project's .venv python)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,16 @@ def main(argv: list[str] | None = None) -> int:
                                          "base image and a new host key, same name and address")
     pi.add_argument("host", help="storage, ctl, node1, ...")
     pi.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for its sshd (default 120)")
+    pk = sub.add_parser("k3s", help="the lab's K3s on nodes of the running lab (kine + kube-apiserver, "
+                                     "k3s.service / k3s-agent.service; lab/k3s.py)")
+    ksub = pk.add_subparsers(dest="k3s_cmd", required=True)
+    ki = ksub.add_parser("install", help="install K3s as its installer leaves it: one server, agents")
+    ki.add_argument("--server", required=True, help="the server node (runs k3s.service and PostgreSQL)")
+    ki.add_argument("--agents", default="", help="agent nodes, comma-separated (k3s-agent.service)")
+    kr = ksub.add_parser("remove", help="take K3s off nodes completely (idempotent)")
+    kr.add_argument("--nodes", required=True, help="nodes, comma-separated")
+    ks = ksub.add_parser("status", help="JSON per node: units, Node Ready + heartbeat age, shims, mounts")
+    ks.add_argument("--nodes", default="", help="nodes, comma-separated (default: every node)")
     args = p.parse_args(argv)
 
     from . import core
@@ -51,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "reboot":
             core.reboot(args.host, args.timeout)
             return 0
+        if args.cmd == "k3s":
+            from . import k3s
+
+            return k3s.main(args)
         if args.cmd == "reimage":
             core.reimage(args.host, args.timeout)
             return 0

@@ -57,6 +57,14 @@ def cache_dir() -> Path:
     raise LabError(f"no writable cache directory ({base} or ~/.cache/gpu-fleet)")
 
 
+def k3s_cache_dir() -> Path:
+    """Where scripts/setup.sh caches the lab's K3s parts (`<cache>/k3s-lab/<key>/`), made if
+    missing so the nodes can bind it before anything is built there."""
+    d = cache_dir().parent / "k3s-lab"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
 def sha16(*parts: object) -> str:
     h = hashlib.sha256()
     for p in parts:

@@ -19,7 +19,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .common import HOSTS_DIR, LOGS_DIR, LabError, remove_tree, sha16
+from .common import HOSTS_DIR, LOGS_DIR, LabError, k3s_cache_dir, remove_tree, sha16
 from .hosts import BRIDGE, CGROUP_PARENT, Host
 from .repo import MOUNT_POINT
 from .rootfs import rootfs_dir
@@ -147,15 +147,23 @@ ROLE_FLAGS = {
 }
 
 
+#: the lab's K3s parts (kine, kube-apiserver, kubectl: scripts/setup.sh builds them into the
+#: machine-wide cache), bound read-only into every node so `python -m lab k3s install` copies
+#: no binary (lab/k3s.py)
+K3S_MOUNT_POINT = "/srv/lab-k3s"
+
+
 def boot_key() -> str:
     """Changes with the flags: `up` reboots a lab booted with other ones."""
-    return sha16("boot-v1", COMMON_FLAGS, ROLE_FLAGS)
+    return sha16("boot-v1", COMMON_FLAGS, ROLE_FLAGS, "k3s-bind", K3S_MOUNT_POINT)
 
 
 def role_flags(host: Host) -> list[str]:
     flags: list[str] = []
     for role in host.roles:
         flags += [f for f in ROLE_FLAGS.get(role, ()) if f not in flags]
+    if "node" in host.roles:
+        flags.append(f"--bind-ro={k3s_cache_dir()}:{K3S_MOUNT_POINT}")
     return flags
 
 

@@ -27,6 +27,50 @@ CACHE="$(pick_cache)"
 TOOLS="$ROOT/.tools/bin"
 mkdir -p "$TOOLS"
 
+# --- 0. the lab's K3s control plane, built in the background --------------------
+# kube-apiserver + kubectl (tools/k3s-lab, k8s.io/kubernetes $K8S_VERSION) and kine
+# $KINE_VERSION (cgo SQLite, needs gcc), cached machine-wide under $CACHE/k3s-lab/<key>/
+# (key: versions + hash of the tools module) with a .ok marker; the lab binds that directory
+# read-only into its hosts. It builds while the rest of set-up runs and is waited for at
+# the end. GPU_FLEET_K3S_LAB=0 skips it (the lab's K3s then cannot be installed).
+# The recipe (versions, flags) is part of the key: bump K3S_RECIPE when the build changes.
+K3S_RECIPE=2
+K3S_KEY="$K8S_VERSION-kine-$KINE_VERSION-$( { echo "recipe $K3S_RECIPE"; cd tools/k3s-lab \
+  && LC_ALL=C sha256sum go.mod go.sum tools.go; } | sha256sum | cut -c1-12)"
+K3S_DIR="$CACHE/k3s-lab/$K3S_KEY"
+K3S_PID=""
+build_k3s_lab() { # runs in the background; writes $K3S_DIR/.ok when everything is built
+  local tmp="$K3S_DIR.tmp.$$" major minor
+  major="${K8S_VERSION#v}"; major="${major%%.*}"
+  minor="${K8S_VERSION#v*.}"; minor="${minor%%.*}"
+  local x="" p
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    x="$x -X $p.gitVersion=$K8S_VERSION -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+  done
+  rm -rf "$tmp" && mkdir -p "$tmp"
+  ( cd tools/k3s-lab && go build -trimpath -ldflags "-s -w$x" -o "$tmp/" \
+      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl ) || return 1
+  GOBIN="$tmp" CGO_ENABLED=1 go install -trimpath \
+    -ldflags "-s -w -X github.com/k3s-io/kine/pkg/version.Version=$KINE_VERSION -X github.com/k3s-io/kine/pkg/version.GitCommit=release" \
+    "github.com/k3s-io/kine@$KINE_VERSION" \
+    || return 1
+  touch "$tmp/.ok"
+  rm -rf "$K3S_DIR" && mv "$tmp" "$K3S_DIR"
+}
+if [ "${GPU_FLEET_K3S_LAB:-1}" != 0 ]; then
+  if [ -f "$K3S_DIR/.ok" ]; then
+    log "lab K3s parts (kube-apiserver, kubectl $K8S_VERSION, kine $KINE_VERSION) cached at $K3S_DIR"
+  elif ! command -v go >/dev/null; then
+    die "Go is required to build the lab's K3s parts (none on PATH)"
+  else
+    log "building the lab's K3s parts in the background (first time on this machine; log: $CACHE/k3s-lab/build.log)"
+    mkdir -p "$CACHE/k3s-lab"
+    K3S_START=$SECONDS
+    ( GOFLAGS="${GOFLAGS:--buildvcs=false}" build_k3s_lab ) >"$CACHE/k3s-lab/build.log" 2>&1 &
+    K3S_PID=$!
+  fi
+fi
+
 # --- 1. virtualenv ------------------------------------------------------------
 PY="${PYTHON:-python3}"
 command -v "$PY" >/dev/null || die "python3 not found (need Python >= 3.11)"
@@ -185,6 +229,23 @@ write_shim pulumi-language-python "venv=\$(sed -n 's/^[[:space:]]*virtualenv:[[:
 exec '$ADAPTER' -host='$HOST_DIR/pulumi-language-python' -use-executor='$EXEC' \${venv:+\"-virtualenv=\$venv\"} \"\$@\""
 write_shim pulumi-resource-pulumi-python "exec $VENV_PY -u -m pulumi.dynamic \"\$@\""
 write_shim pulumi-analyzer-policy-python "exec $VENV_PY -u -m pulumi.policy \"\$@\""
+
+# --- 5. the lab's K3s parts: wait for the background build ----------------------
+if [ -n "$K3S_PID" ]; then
+  last=$SECONDS
+  while kill -0 "$K3S_PID" 2>/dev/null; do
+    sleep 2
+    if [ $((SECONDS - last)) -ge 30 ]; then
+      last=$SECONDS
+      log "  still building the lab's K3s parts ($((SECONDS - K3S_START)) s)"
+    fi
+  done
+  wait "$K3S_PID" || { tail -n 40 "$CACHE/k3s-lab/build.log" >&2; die "build of the lab's K3s parts failed (log: $CACHE/k3s-lab/build.log)"; }
+  log "built the lab's K3s parts in $((SECONDS - K3S_START)) s"
+fi
+if [ -f "$K3S_DIR/.ok" ]; then
+  ln -sfn "$K3S_DIR" "$ROOT/.tools/k3s-lab"
+fi
 
 got="$("$TOOLS/pulumi" version)"
 [ "$got" = "$PULUMI_VERSION" ] || die "pulumi version is $got, expected $PULUMI_VERSION"
