@@ -21,6 +21,9 @@ def fleet14() -> dict:
     slurm, the layer's section gone. A valid 14-node fleet, for what the full fleet renders and
     declares without the retirement's resources."""
     raw = stack_config("full")
+    # the committed stack's secrets are encrypted under that stack's salt: a stack written from
+    # this config generates its own (PulumiProject.init_stack -> ensure_secrets)
+    raw = {k: v for k, v in raw.items() if not (isinstance(v, dict) and "secure" in v)}
     del raw["gpu-fleet:k3s_retirement"]
     for n in raw["gpu-fleet:nodes"]:
         if n["owner"] == "k3s":
@@ -52,3 +55,14 @@ def accounting_cfg():
     raw = stack_config("canary")
     raw["gpu-fleet:accounting"] = {"enabled": True}
     return parse_fleet_config(raw, "canary")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _rendered_store(tmp_path_factory):
+    """File(by_hash=True)'s local store (components/providers/stored.py): the tests' own, not the
+    user's cache; the CLI tests' programs inherit it through the environment."""
+    import os
+
+    if "GPU_FLEET_STORE_DIR" not in os.environ:
+        os.environ["GPU_FLEET_STORE_DIR"] = str(tmp_path_factory.mktemp("rendered-store"))
+    yield

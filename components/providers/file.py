@@ -6,6 +6,13 @@ temp path), and is renamed into place: readers never see a partial or
 world-readable secret. A file that existed before is backed up on first
 create and restored by delete, so destroy leaves the host as it was.
 Outputs carry the content's SHA-256, never the content.
+
+`by_hash=True` (non-secret text only) keeps the content out of the stack altogether: the text
+goes to the local content-addressed store (`stored.py`) and the inputs hold its path and
+SHA-256 (`source`, `source_sha256`), as a `Payload`'s do, so a file rendered for the whole
+fleet and written to every node costs each node's state a few hundred bytes, not its size.
+The type, the diff (desired SHA-256 against the recorded one) and the probe are the same, so
+a state recorded with inline content takes the switch as no change.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from pulumi.dynamic import Resource
 from ..scripts import script
 from ..transport.command import Piece, sh
 from .base import HostPrimitive, Observed, PlanRefused, Props, Step
+from .stored import store_text
 
 BACKUP_DIR = "/var/lib/gpu-fleet/backup"
 
@@ -32,6 +40,22 @@ def backup_path(path: str) -> str:
 
 def sha256_text(content: str) -> str:
     return hashlib.sha256(content.encode()).hexdigest()
+
+
+def read_source(props: Props) -> bytes:
+    """The bytes of a by-hash File or a Payload, refused unless they hash to the declared SHA-256."""
+    from pathlib import Path
+
+    src = Path(props["source"])
+    try:
+        data = src.read_bytes()
+    except OSError as e:
+        raise PlanRefused(f"{props['path']}: cannot read its local artifact {src}: {e.strerror}") from None
+    got = hashlib.sha256(data).hexdigest()
+    if got != props["source_sha256"]:
+        raise PlanRefused(f"{props['path']}: its local artifact {src} changed since the program read it "
+                          f"(SHA-256 {got}, declared {props['source_sha256']}); run the command again")
+    return data
 
 
 def norm_mode(mode: str) -> str:
@@ -79,9 +103,13 @@ class FileProvider(HostPrimitive):
 
     def digest(self, props: Props) -> str:
         """The SHA-256 the host's file must have."""
+        if props.get("source_sha256") is not None:  # by hash
+            return props["source_sha256"]
         return sha256_text(props["content"])
 
     def content(self, props: Props) -> str | bytes:
+        if props.get("source") is not None:  # by hash
+            return read_source(props)
         return props["content"]
 
     def desired(self, props: Props) -> dict[str, Any]:
@@ -149,11 +177,23 @@ class File(Resource, module="host", name="File"):
 
     def __init__(self, name: str, *, conn: dict, path: str, content: pulumi.Input[str],
                  mode: str = "0644", owner: str = "root", group: str = "root",
-                 validate: Optional[list[str]] = None, secret: bool = False,
+                 validate: Optional[list[str]] = None, secret: bool = False, by_hash: bool = False,
                  opts: Optional[pulumi.ResourceOptions] = None):
+        if by_hash:
+            if secret:
+                raise ValueError(f"File {name}: a secret's content stays inline (encrypted by the engine), "
+                                 "never in the local store")
+            if isinstance(content, str):
+                source, sha = store_text(content)
+                body = {"source": source, "source_sha256": sha}
+            else:
+                stored = pulumi.Output.from_input(content).apply(store_text)
+                body = {"source": stored[0], "source_sha256": stored[1]}
+        else:
+            body = {"content": content}
         super().__init__(
             FileProvider(), name,
-            {"conn": conn, "path": path, "content": content, "mode": mode, "owner": owner,
+            {"conn": conn, "path": path, **body, "mode": mode, "owner": owner,
              "group": group, "validate": validate, "secret": secret,
              "sha256": None, "present": None},
             opts,

@@ -16,7 +16,7 @@ from typing import Optional
 import pulumi
 from pulumi.dynamic import Resource
 
-from .base import PlanRefused, Props
+from .base import Props
 from .file import FileProvider
 
 
@@ -29,20 +29,7 @@ def sha256_file(path: Path) -> str:
 
 
 class PayloadProvider(FileProvider):
-    def digest(self, props: Props) -> str:
-        return props["source_sha256"]
-
-    def content(self, props: Props) -> bytes:
-        src = Path(props["source"])
-        try:
-            data = src.read_bytes()
-        except OSError as e:
-            raise PlanRefused(f"{props['path']}: cannot read its local artifact {src}: {e.strerror}") from None
-        got = hashlib.sha256(data).hexdigest()
-        if got != props["source_sha256"]:
-            raise PlanRefused(f"{props['path']}: its local artifact {src} changed since the program read it "
-                              f"(SHA-256 {got}, declared {props['source_sha256']}); run the command again")
-        return data
+    """File's, by hash: `source` and `source_sha256` (FileProvider.digest and .content)."""
 
     def public_inputs(self, props: Props) -> Props:
         return dict(props)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -43,11 +44,35 @@ def stack_resources(args, *types: str) -> list[Res]:
 
 
 def file_content(res: Res) -> Optional[str]:
-    """A File's content as text; None when missing or unknown (nothing to check yet)."""
+    """A File's content as text; None when missing or unknown (nothing to check yet).
+
+    A File by hash (`File(..., by_hash=True)`: a node's slurm.conf) carries the path of its
+    bytes in the program's local store and their SHA-256 instead; the analyzer runs on the
+    same machine in the same run, so it reads them there and checks the same text as inline
+    content. Bytes that do not hash to what the File declares are not checked here: the
+    provider refuses to write them."""
     c = res.get("content")
     if P.is_unknown(c):
         return None
+    if c is None:
+        src, sha = P.text(res.get("source")), P.text(res.get("source_sha256"))
+        if src and sha:
+            return _stored(src, sha)
     return P.text(c)
+
+
+_STORED: dict[tuple[str, str], Optional[str]] = {}
+
+
+def _stored(src: str, sha: str) -> Optional[str]:
+    if (src, sha) not in _STORED:
+        try:
+            data = open(src, "rb").read()
+        except OSError:
+            data = None
+        ok = data is not None and hashlib.sha256(data).hexdigest() == sha
+        _STORED[(src, sha)] = data.decode(errors="replace") if ok else None
+    return _STORED[(src, sha)]
 
 
 Validator = Callable[[Any, Callable[[str, Optional[str]], None]], None]

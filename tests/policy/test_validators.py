@@ -622,3 +622,20 @@ def test_every_message_is_a_sentence_naming_the_resource():
         for m in msgs:
             assert '"r1"' in m and m.endswith(".") and m[0].isupper(), m
             assert any(w in m for w in (" set ", " add ", " remove ", "give ", "write ", " pin ", " pass ")), m
+
+
+def test_a_node_copy_by_hash_is_checked_like_inline_content(tmp_path):
+    """File(by_hash=True) (a node's slurm.conf, issue 16): the pack reads the bytes from the
+    program's store by path and SHA-256; bytes that no longer hash to it are not taken."""
+    import hashlib
+
+    bad = CANARY_SLURM.replace("DisableRootJobs=YES", "DisableRootJobs=NO")
+    src = tmp_path / "slurm.conf"
+    src.write_text(bad)
+    sha = hashlib.sha256(bad.encode()).hexdigest()
+    args = file_args("/etc/slurm/slurm.conf", None, "slurm-conf", source=str(src), source_sha256=sha)
+    assert "sets DisableRootJobs=NO" in violations(slurm.validate_no_root_jobs, args)[0]
+    other = tmp_path / "other.conf"
+    other.write_text(bad)
+    args = file_args("/etc/slurm/slurm.conf", None, "slurm-conf", source=str(other), source_sha256="0" * 64)
+    assert violations(slurm.validate_no_root_jobs, args) == []

@@ -122,6 +122,72 @@ def test_file_drift_is_read_then_repaired(hosts, tmp_path):
     assert mode_of(path) == 0o640
 
 
+def hprops(path: Path, content: str, store: Path, **kw) -> dict:
+    """A by-hash File's inputs (File(..., by_hash=True)): the store's path and the SHA-256."""
+    from components.providers.stored import store_text
+
+    source, sha = store_text(content)
+    assert Path(source).parent == store
+    base = {k: v for k, v in fprops(path).items() if k != "content"}
+    return {**base, "source": source, "source_sha256": sha, **kw}
+
+
+@pytest.fixture
+def store(monkeypatch, tmp_path):
+    d = tmp_path / "store"
+    monkeypatch.setenv("GPU_FLEET_STORE_DIR", str(d))
+    return d
+
+
+def test_a_state_with_inline_content_takes_by_hash_as_no_change_then_updates_and_drifts(hosts, tmp_path, store):
+    """Issue 16: a node's slurm.conf moved from inline content to by hash. The old state (content
+    in its inputs) diffs as no change against the same text by hash, a new text as an update
+    that writes it from the store, and drift is still read from the host's hash."""
+    p, path = FileProvider(), tmp_path / "slurm.conf"
+    id_, outs = create(p, fprops(path, content="a=1\n"))
+    hosts.clear()
+    d = p.diff(id_, outs, hprops(path, "a=1\n", store))
+    assert (d.changes, d.replaces) == (False, []) and hosts.sent == []
+    news = hprops(path, "a=2\n", store)
+    assert p.diff(id_, outs, news).changes
+    outs2 = recorded(p.update(id_, outs, news).outs)
+    assert path.read_text() == "a=2\n" and outs2["sha256"] == sha256_text("a=2\n")
+    assert "content" not in outs2 and outs2["source_sha256"] == outs2["sha256"]
+    assert recorded(p.update(id_, outs2, news).outs) == outs2  # a second up: nothing sent
+    path.write_text("edited by hand\n")
+    drifted = recorded(p.read(id_, outs2).outs)
+    assert drifted["sha256"] == sha256_text("edited by hand\n")
+    assert p.diff(id_, drifted, news).changes
+    # back to inline content (an older gpu-fleet): no change either
+    assert not p.diff(id_, outs2, fprops(path, content="a=2\n")).changes
+
+
+def test_a_by_hash_file_refuses_a_store_entry_that_changed(hosts, tmp_path, store):
+    p, path = FileProvider(), tmp_path / "slurm.conf"
+    props = hprops(path, "a=1\n", store)
+    Path(props["source"]).write_text("tampered\n")
+    with pytest.raises(FleetError, match="changed since the program read it"):
+        p.create(props)
+    assert not path.exists()
+
+
+def test_the_store_is_private(store):
+    from components.providers.stored import store_text
+
+    source, _ = store_text("x\n")
+    assert stat.S_IMODE(store.stat().st_mode) == 0o700
+    store.chmod(0o777)
+    with pytest.raises(FleetError, match="not writable by others"):
+        store_text("y\n")
+
+
+def test_a_secret_file_is_never_by_hash():
+    from components.providers.file import File
+
+    with pytest.raises(ValueError, match="stays inline"):
+        File("k", conn=CONN, path="/etc/munge/munge.key", content="s", secret=True, by_hash=True)
+
+
 def test_file_original_is_backed_up_on_create_and_restored_on_delete(hosts, tmp_path):
     p, path = FileProvider(), tmp_path / "x.conf"
     path.write_text("original\n")

@@ -138,9 +138,12 @@ class SlurmCluster(pulumi.ComponentResource):
             munge = SystemdUnit(f"{h}-munge", conn=conn, unit="munge.service", triggers={"key": key_hash},
                                 opts=pulumi.ResourceOptions(parent=self, depends_on=[key]))
             # The controller's slurm.conf is validated in isolation before it is put in place;
-            # node copies follow only once it was.
+            # node copies follow only once it was. The controller's copies carry the text (so
+            # `preview --diff` shows it once); a node's carry its SHA-256 and the local store's
+            # path (File by_hash, issue 16): the same text, but O(1) state a node, not O(fleet).
             written = {name: File(f"{h}-{name}", conn=conn, path=f"{SLURM_ETC}/{name}", content=text,
-                                  mode="0644", validate=None if is_node or name != "slurm.conf"
+                                  mode="0644", by_hash=is_node,
+                                  validate=None if is_node or name != "slurm.conf"
                                   else validate_argv(f"{SLURM_ETC}/{name}"),
                                   opts=pulumi.ResourceOptions(parent=self, depends_on=[pkgs, *ctl_conf]))
                        for name, text in confs.items()}
