@@ -4,10 +4,13 @@ from pathlib import Path
 
 import pulumi
 
+from components import sdk
 from components.config import load_stack_config, stack_file
 from components.errors import FleetError
 from components.fleet import Fleet, FleetSecrets
 from components.stack_secrets import optional_secret, required_secret
+
+sdk.tune()  # issue 16: no per-resource stack traces, a linear end-of-program drain
 
 stack = pulumi.get_stack()
 try:

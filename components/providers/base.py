@@ -191,6 +191,10 @@ def _entry(fn):
 class HostPrimitive(ResourceProvider):
     """Base dynamic provider: subclasses implement the pure hooks below."""
 
+    #: the pickled provider (a class by reference, no state on `self`) holds no secret: in the
+    #: clear in the state (issue 16); the SDK still makes it secret if one were captured
+    serialize_as_secret_always = False
+
     #: input fields whose change means a different object (replace, not update)
     replace_on: tuple[str, ...] = ()
 
@@ -315,6 +319,8 @@ class RolloutCheck(ResourceProvider):
     """A verification that runs on create and whenever one of `rerun_on` changes (a rollout
     of what it checks), never on refresh (it may act, like submitting a job); delete has
     nothing to undo. Subclasses give `key` and `run` (props -> outputs, or raise)."""
+
+    serialize_as_secret_always = False  # as HostPrimitive's
 
     rerun_on: tuple[str, ...] = ("triggers",)
 

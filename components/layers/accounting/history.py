@@ -59,6 +59,8 @@ def parse_lines(stdout: str) -> dict[str, Any]:
 class AccountingHistoryProvider(ResourceProvider):
     """Restore on create, proven backup on delete; nothing on refresh or a no-op up."""
 
+    serialize_as_secret_always = False  # no secret captured (components/providers/base.py)
+
     @_entry
     def create(self, props: Props) -> CreateResult:
         conn = connection(target_of(props))

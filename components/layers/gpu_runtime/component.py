@@ -259,6 +259,8 @@ def inputs_of(props: Props) -> Props:
 class GpuBaselineProvider(ResourceProvider):
     """Probes every node (read-only) on create, update and read; diff only compares inputs."""
 
+    serialize_as_secret_always = False  # no secret captured (components/providers/base.py)
+
     def run(self, props: Props, refresh: bool = False) -> Props:
         nodes = props["nodes"]
         runs: dict[str, ProbeRun] = {}

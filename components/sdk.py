@@ -1,0 +1,123 @@
+"""Four changes to the Pulumi Python SDK's program-side costs at fleet scale (issue 16).
+
+Each replaces a private name of pulumi 3.272 (pinned in requirements.txt); `check()` (run by
+`tune()` and by tests/unit/test_sdk.py) refuses an SDK where the name or the code it replaces
+is not what this module was written against, so an upgrade fails loudly instead of silently
+changing behaviour.
+
+- No stack trace per resource (`pulumi.runtime.resource._get_stack_trace`): the SDK walks
+  `traceback.extract_stack` twice a registration and the engine keeps every frame in the
+  state (~1.3 KB a resource, 37 % of a node's state at 14 nodes). Nothing in the plan, the
+  diff or an error message reads it; the engine writes no source position either.
+- The end-of-program drain (`pulumi.runtime.stack.wait_for_rpcs`) waits on every pending
+  Output with `asyncio.wait(..., FIRST_COMPLETED)`, then puts the rest back and waits again:
+  O(pending) work per completed Output, quadratic in the resources. `FIRST_EXCEPTION` returns
+  as soon as one fails (the same early error) or when all completed, so the loop runs once
+  per batch, not once per Output. Only that call in that module sees the change.
+- The SDK's own debug lines from resource registration (`pulumi.runtime.resource`'s
+  `log.debug`: "registering resource ...", four a resource) are each a blocking gRPC call to
+  the engine from the event loop, and the engine drops them unless run with `-v`/`--debug`:
+  36 % of the program's time at 140 nodes. Dropped in that module only; the program's and
+  the layers' own log lines (warnings) are untouched. GPU_FLEET_SDK_DEBUG_LOG=1 keeps them,
+  for debugging the SDK itself.
+- The SDK's dependency-cycle check (`pulumi.runtime.resource_cycle_breaker.declare_dependency`,
+  called for every dependency of every resource) walks everything the dependency reaches,
+  forward, to see whether it reaches the resource being registered. A node's slurmd and its
+  slurm.conf depend (through the admitted nodes) on the GPU baseline, which reaches every
+  node: O(fleet) a resource, 26 % of the program at 1,250 nodes. `declare_dependency` below
+  answers the same question backwards, from the resource being registered over the edges
+  into it (what already depends on it: usually nothing), and records the same forward edges,
+  so the same cycles are refused with the same error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+from types import SimpleNamespace
+
+
+class SdkChanged(RuntimeError):
+    """The installed pulumi SDK is not the one components/sdk.py patches."""
+
+
+def check() -> None:
+    import pulumi
+    import pulumi.log
+    import pulumi.runtime.resource as resource
+    import pulumi.runtime.stack as stack
+
+    if not callable(getattr(resource, "_get_stack_trace", None)):
+        raise SdkChanged("pulumi.runtime.resource._get_stack_trace is gone: revisit components/sdk.py")
+    if resource.register_resource.__code__.co_names.count("_get_stack_trace") < 1:
+        raise SdkChanged("register_resource no longer calls _get_stack_trace: revisit components/sdk.py")
+    import pulumi.runtime.resource_cycle_breaker as cycles
+    import pulumi.runtime.rpc as rpc
+
+    if rpc.declare_dependency is not cycles.declare_dependency or not callable(getattr(cycles, "_add_dep", None)) \
+            or getattr(cycles, "_DEPENDENCIES_PROPERTY", None) != "_direct_computed_dependencies":
+        raise SdkChanged("pulumi.runtime.resource_cycle_breaker changed: revisit components/sdk.py")
+    src = inspect.getsource(stack.wait_for_rpcs)
+    if "return_when=asyncio.FIRST_COMPLETED" not in src or src.count("asyncio.wait(") != 1:
+        raise SdkChanged("pulumi.runtime.stack.wait_for_rpcs changed: revisit components/sdk.py")
+    if getattr(resource, "log", None) is not pulumi.log or not callable(getattr(pulumi.log, "debug", None)):
+        raise SdkChanged("pulumi.runtime.resource no longer logs through pulumi.log: revisit components/sdk.py")
+
+
+async def _wait(fs, *, timeout=None, return_when=asyncio.ALL_COMPLETED):
+    if return_when == asyncio.FIRST_COMPLETED:
+        return_when = asyncio.FIRST_EXCEPTION
+    return await asyncio.wait(fs, timeout=timeout, return_when=return_when)
+
+
+#: on a resource: the resources whose computed dependencies include it (the reverse edges)
+_DEPENDENTS = "_gpu_fleet_dependents"
+
+
+def declare_dependency(from_resource, to_resource) -> bool:
+    """The SDK's contract: record that `from_resource` depends on `to_resource` unless that
+    closes a cycle (`to_resource` already reaches `from_resource`); True when recorded."""
+    import pulumi.runtime.resource_cycle_breaker as cycles
+
+    # to_resource reaches from_resource forward <=> from_resource reaches it over reverse edges
+    seen, todo = {from_resource}, [from_resource]
+    while todo:
+        r = todo.pop()
+        if r == to_resource:
+            return False
+        for x in getattr(r, _DEPENDENTS, ()):
+            if x not in seen:
+                seen.add(x)
+                todo.append(x)
+    cycles._add_dep(from_resource, to_resource)
+    dependents = getattr(to_resource, _DEPENDENTS, None)
+    if dependents is None:
+        dependents = set()
+        setattr(to_resource, _DEPENDENTS, dependents)
+    dependents.add(from_resource)
+    return True
+
+
+def tune() -> None:
+    """Apply the four changes (the program's __main__ calls this before any resource exists)."""
+    import pulumi.runtime.resource as resource
+    import pulumi.runtime.stack as stack
+    from pulumi.runtime.proto import source_pb2
+
+    if getattr(stack, "_gpu_fleet_tuned", False):
+        return
+    check()
+    resource._get_stack_trace = lambda: source_pb2.StackTrace()
+    proxy = SimpleNamespace(**{k: getattr(asyncio, k) for k in dir(asyncio) if not k.startswith("__")})
+    proxy.wait = _wait
+    stack.asyncio = proxy
+    if os.environ.get("GPU_FLEET_SDK_DEBUG_LOG") != "1":
+        quiet = SimpleNamespace(**{k: getattr(resource.log, k) for k in dir(resource.log) if not k.startswith("__")})
+        quiet.debug = lambda *a, **k: None
+        resource.log = quiet
+    import pulumi.runtime.resource_cycle_breaker as cycles
+    import pulumi.runtime.rpc as rpc
+
+    cycles.declare_dependency = rpc.declare_dependency = declare_dependency
+    stack._gpu_fleet_tuned = True

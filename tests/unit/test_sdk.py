@@ -1,0 +1,99 @@
+"""components/sdk.py: the SDK names it replaces are still there, and what it changes behaves."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from components import sdk
+
+
+def _run(coro):
+    """Run a coroutine on a loop of its own: asyncio.run would leave the main thread without a
+    current loop, which the SDK's mocks (tests/mock) need."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        loop.close()
+
+
+def test_the_sdk_is_the_one_sdk_py_patches():
+    sdk.check()
+
+
+def test_the_drain_still_raises_the_first_error_without_waiting_for_the_rest():
+    async def main():
+        slow = asyncio.ensure_future(asyncio.sleep(30))
+        bad = asyncio.ensure_future(_fail())
+        done, not_done = await sdk._wait([slow, bad], return_when=asyncio.FIRST_COMPLETED)
+        slow.cancel()
+        return done, not_done, bad
+
+    async def _fail():
+        await asyncio.sleep(0)
+        raise ValueError("boom")
+
+    done, not_done, bad = _run(asyncio.wait_for(main(), 5))
+    assert done == {bad} and len(not_done) == 1
+    with pytest.raises(ValueError):
+        bad.result()
+
+
+def test_the_drain_waits_for_a_whole_batch_at_once():
+    async def main():
+        fs = [asyncio.ensure_future(asyncio.sleep(0.01 * i)) for i in range(5)]
+        return await sdk._wait(fs, return_when=asyncio.FIRST_COMPLETED)
+
+    done, not_done = _run(main())
+    assert len(done) == 5 and not not_done
+
+
+def test_providers_without_secrets_are_not_serialized_as_secret():
+    from components.layers.accounting.history import AccountingHistoryProvider
+    from components.layers.gpu_runtime.component import GpuBaselineProvider
+    from components.providers.base import HostPrimitive, RolloutCheck
+
+    for cls in (HostPrimitive, RolloutCheck, GpuBaselineProvider, AccountingHistoryProvider):
+        assert cls.serialize_as_secret_always is False
+
+
+def test_tune_drops_only_the_registration_debug_lines(monkeypatch):
+    import pulumi.log
+    import pulumi.runtime.resource as resource
+    import pulumi.runtime.stack as stack
+
+    import pulumi.runtime.resource_cycle_breaker as cycles
+    import pulumi.runtime.rpc as rpc
+
+    for mod, name in ((resource, "log"), (resource, "_get_stack_trace"), (stack, "asyncio"),
+                      (cycles, "declare_dependency"), (rpc, "declare_dependency")):
+        monkeypatch.setattr(mod, name, getattr(mod, name))
+    monkeypatch.setattr(stack, "_gpu_fleet_tuned", False, raising=False)
+    sdk.tune()
+    assert resource.log is not pulumi.log and resource.log.debug("x") is None
+    assert resource.log.warn is pulumi.log.warn and pulumi.log.debug is not resource.log.debug
+    assert list(resource._get_stack_trace().frames) == []
+    assert stack.asyncio.wait is sdk._wait and stack.asyncio.FIRST_COMPLETED == asyncio.FIRST_COMPLETED
+    assert rpc.declare_dependency is sdk.declare_dependency is cycles.declare_dependency
+
+
+def test_the_cycle_check_refuses_what_the_sdk_refuses():
+    """Random graphs: sdk.declare_dependency and the SDK's own agree on every edge, and record
+    the same forward dependencies."""
+    import random
+
+    import pulumi.runtime.resource_cycle_breaker as cycles
+
+    class R:
+        pass
+
+    rnd = random.Random(16)
+    for _ in range(30):
+        ours, theirs = [R() for _ in range(12)], [R() for _ in range(12)]
+        for _ in range(40):
+            a, b = rnd.randrange(12), rnd.randrange(12)
+            assert sdk.declare_dependency(ours[a], ours[b]) == cycles.declare_dependency(theirs[a], theirs[b])
+        for o, t in zip(ours, theirs):
+            assert {ours.index(x) for x in cycles._deps(o)} == {theirs.index(x) for x in cycles._deps(t)}
