@@ -42,7 +42,7 @@ PYTHONPATH, active only in the program's interpreter) and the CLI under its own
 --profile-dir keeps the files.
 
     .venv/bin/python bench/scale.py [--nodes 14,140] [--big] [--env PULUMI_SKIP_CHECKPOINTS=true]
-        [--lever NAME] [--policy] [--profile] [--no-up] [--timeout 900]
+        [--lever NAME] [--policy] [--profile] [--no-up] [--keep-state DIR] [--timeout 900]
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ NET = ipaddress.ip_network("198.18.0.0/15")
 
 def fleet(n: int) -> dict:
     """The full stack's config with `n` nodes, all in the v100 partition; the first the canary."""
-    raw = fleet14()
+    raw = fleet14()  # without the committed stack's secrets: the temp stack generates its own
     proto = next(x for x in raw["gpu-fleet:nodes"] if x["owner"] == "slurm")
     hosts = list(NET.hosts())
     nodes = []
@@ -304,7 +304,9 @@ if os.environ.get("GPU_FLEET_BENCH_PROFILE") and sys.argv and sys.argv[0].endswi
 
 
 #: program-side levers, tried in the temp copy only (prepended to its __main__.py); what each
-#: would be as a code change is in bench/README.md
+#: would be as a code change is in bench/README.md. Since issue 16 item 2, quiet-log (for
+#: registration's lines), no-stack-trace, plain-provider and a linear drain are in the code
+#: (components/sdk.py, the providers): these stay to re-measure them on a tree without it
 LEVERS = {
     # the SDK sends every debug line ("registering resource ...", ~4 a resource) as a blocking
     # gRPC call from the event loop
@@ -344,6 +346,8 @@ def project(tmp: Path, stack: str, n: int, profile: bool, levers: list[str],
     if levers:
         main = proj.dir / "__main__.py"
         main.write_text("".join(LEVERS[x] for x in levers) + main.read_text())
+    # File(by_hash=True)'s rendered texts: in the temp dir, not the user's cache
+    proj.env["GPU_FLEET_STORE_DIR"] = str(tmp / "store")
     cfg = fleet(n)
     if side_config:
         # SIDE CONFIG: the nodes list in a file the copy's program merges into its config (the
@@ -448,6 +452,9 @@ def bench(n: int, args: argparse.Namespace) -> dict:
         proj.env.update(args.env)
         state = proj.run("stack", "export", "--stack", stack, timeout=args.timeout).stdout
         res = json.loads(state)["deployment"]["resources"]
+        if args.keep_state:  # for reading by hand: what a resource of each kind holds
+            args.keep_state.mkdir(parents=True, exist_ok=True)
+            (args.keep_state / f"{stack}.json").write_text(state)
         by_type: dict[str, list[int]] = {}
         for x in res:
             by_type.setdefault(x["type"].rsplit(":", 1)[-1], []).append(len(json.dumps(x)))
@@ -485,6 +492,7 @@ def main() -> None:
     ap.add_argument("--side-config", choices=("auto", "always", "never"), default="auto",
                     help="gpu-fleet:nodes from a side file (auto: when PULUMI_CONFIG would pass the limit)")
     ap.add_argument("--no-up", action="store_true", help="preview only")
+    ap.add_argument("--keep-state", type=Path, help="write each stack's exported state here")
     ap.add_argument("--timeout", type=int, default=900, help="per CLI command, seconds")
     ap.add_argument("--lever", action="append", default=[], choices=sorted(LEVERS),
                     help="try a program-side change in the temp copy (repeatable)")
