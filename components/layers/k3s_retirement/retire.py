@@ -427,9 +427,16 @@ def restore(props: Props) -> dict:
         objs = json.loads(storage.run(["cat", "--", lay.item(n, "api/objects.json")], mutating=False).stdout)
         missing = _missing(props, server, objs)
         if missing:
-            server.run(kubectl(props, "create", "-f", "-"), mutating=True,
-                       stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": missing}).encode())
-            still = _missing(props, server, objs)
+            # right after the API server starts, a Service may not get its IP yet ("range is
+            # full" until the allocator has synced): try a few times, then report what is left
+            still = missing
+            for _ in range(5):
+                server.run(kubectl(props, "create", "-f", "-"), mutating=True, check=False,
+                           stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": still}).encode())
+                still = _missing(props, server, objs)
+                if not still:
+                    break
+                time.sleep(3)
             if still:
                 raise FleetError(f"host {n}: K3s rollback: objects still missing after creating them from the "
                                  f"bundle: {', '.join(object_name(o) for o in still[:10])}")
