@@ -234,3 +234,20 @@ def test_bundle_state_markers():
            "== manifest\n== seal\n")
     base, steps, seal = parse_steps(out)
     assert base == {"at": "t0"} and sorted(steps) == ["baseline", "datastore"] and seal is None
+
+
+def test_a_new_change_id_on_retired_nodes_is_refused_in_preview():
+    """Changing change_id while a node is retired would restore and retire again in one run:
+    refused in diff (preview), naming the way: roll back first."""
+    from components.layers.k3s_retirement.retire import K3sStopProvider
+    from components.errors import FleetError
+
+    conn = {"name": "gpu04", "address": "192.0.2.24", "port": 22, "user": "root"}
+    olds = {"conn": conn, "change_id": "c1", "stopped": True}
+    with pytest.raises(FleetError) as exc:
+        K3sStopProvider().diff("gpu04:k3s-stop:c1", olds, {**olds, "change_id": "c2"})
+    assert "retired under change 'c1'" in str(exc.value) and "take gpu04 out of" in str(exc.value)
+    same = K3sStopProvider().diff("gpu04:k3s-stop:c1", olds, dict(olds))
+    assert same.changes is False
+    drifted = K3sStopProvider().diff("gpu04:k3s-stop:c1", {**olds, "stopped": False}, dict(olds))
+    assert drifted.changes is True  # a refresh that found K3s running again: the next up stops it
