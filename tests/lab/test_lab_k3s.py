@@ -92,7 +92,11 @@ def test_stop_leaves_shim_and_mount_and_postgres_follows_k3s(k3s):
     assert len(st["shims"]) == 1 and "/dev/fakegpu1" in st["shims"][0]["devices"]
 
     k3s.ssh(SERVER, "systemctl stop k3s")
-    assert k3s.ssh(SERVER, "systemctl is-active postgresql@15-main", check=False).stdout.strip() == "inactive"
+    # PartOf= queues PostgreSQL's stop beside k3s's: `systemctl stop k3s` may return while it is
+    # still deactivating
+    assert k3s.ssh(SERVER, "for i in $(seq 60); do s=$(systemctl is-active postgresql@15-main); "
+                           "[ \"$s\" = deactivating ] || break; sleep 0.5; done; echo $s",
+                   check=False).stdout.strip() == "inactive"
     # the control plane stops with the unit (kine and kube-apiserver run from /srv/lab-k3s); the shim stays
     left = k3s.ssh(SERVER, "for p in /proc/[0-9]*; do case $(readlink $p/exe) in /srv/lab-k3s/*) "
                            "cat $p/comm;; esac; done; pgrep -x containerd-shim >/dev/null && echo shim").stdout.split()
