@@ -253,8 +253,11 @@ def test_a_full_store_keeps_the_partial_download_and_publishes_nothing(model):
     hub.rate = 8e6
     try:
         _refused(model, rev, "the models store is full", "nothing published")
+        # how many files finish before the store fills depends on the machine's load (seen in CI:
+        # 2.2 MB, the small files only, where a quiet run keeps > 10 MiB); kept they are, and the
+        # `up` below fetches less than the whole revision
         kept = int(ssh("storage", f"du -sb {STAGING}/{REPO}/{rev} | cut -f1").stdout)
-        assert kept > 10 * 2 ** 20, kept
+        assert kept > 2 ** 20, kept
     finally:
         hub.rate = None
         ssh("storage", "zfs set quota=none ai/models")
