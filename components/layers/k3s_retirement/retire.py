@@ -82,6 +82,16 @@ def ship(src: Connection, what: list[str], dst: Connection, dest: str) -> dict:
     return {"sha256": got[0], "size": int(got[1])}
 
 
+def _tar_existing(node: Connection, paths: list[str], storage: Connection, lay: Layout, rel: str) -> dict:
+    """One tar item `rel` of those of `paths` that exist on `node` (none: no item)."""
+    have = node.run(["sh", "-c", 'for p; do [ -e "$p" ] && echo "$p"; done; true', "sh", *paths],
+                    mutating=False).stdout.split() if paths else []
+    if not have:
+        return {"items": {}, "paths": []}
+    dest = lay.item(node.t.name, rel)
+    return {"items": {rel: ship(node, ["tar", *[x.lstrip("/") for x in have]], storage, dest)}, "paths": have}
+
+
 def put(storage: Connection, path: str, data: bytes) -> dict:
     out = storage.run(sh(_RECEIVE, path), stdin=data, mutating=True).stdout.split()
     return {"sha256": out[0], "size": int(out[1])}
@@ -177,22 +187,11 @@ class K3sPreserveProvider(ResourceProvider):
                     "objects": [object_name(o) for o in objs], "host_paths": host_paths_of(objs)}
         if step == "hostpath":
             found = sorted(set(props["host_paths"]) | set((done.get("api") or {}).get("host_paths") or []))
-            have = node.run(["sh", "-c", 'for p; do [ -e "$p" ] && echo "$p"; done; true', "sh", *found],
-                            mutating=False).stdout.split() if found else []
-            if not have:
-                return {"items": {}, "paths": []}
-            rel = [x.lstrip("/") for x in have]
-            return {"items": {"hostpath.tar": ship(node, ["tar", *rel], storage, lay.item(n, "hostpath.tar"))},
-                    "paths": have}
+            return _tar_existing(node, found, storage, lay, "hostpath.tar")
         if step == "config":
             cands = [f"/etc/systemd/system/{u}{suffix}" for u in props["all_units"]
                      for suffix in ("", ".env", ".d")] + [p["config_dir"], "/etc/systemd/system/postgresql@.service.d"]
-            have = node.run(["sh", "-c", 'for p; do [ -e "$p" ] && echo "$p"; done; true', "sh", *cands],
-                            mutating=False).stdout.split()
-            if not have:
-                return {"items": {}, "paths": []}
-            return {"items": {"config.tar": ship(node, ["tar", *[x.lstrip("/") for x in have]], storage,
-                                                 lay.item(n, "config.tar"))}, "paths": have}
+            return _tar_existing(node, cands, storage, lay, "config.tar")
         if step == "postgres":
             if not (props["audit"] or {}).get("postgres"):
                 return {"items": {}, "proofs": {}}
@@ -464,10 +463,13 @@ def restore(props: Props) -> dict:
                                  + "\n  - ".join(bad))
     if start:
         within = int(props["ready_within_s"])
-        _wait(f"node {n} Ready", n, timeout, lambda: (
-            lambda ok_why: (ok_why[0], None, ok_why[1]))(node_ready(
-                json.loads(server.run(kubectl(props, "get", "nodes", "-o", "json"), mutating=False).stdout),
-                n, within)))
+
+        def ready() -> tuple[bool, None, str]:
+            nodes = json.loads(server.run(kubectl(props, "get", "nodes", "-o", "json"), mutating=False).stdout)
+            ok, why = node_ready(nodes, n, within)
+            return ok, None, why
+
+        _wait(f"node {n} Ready", n, timeout, ready)
     return done
 
 
