@@ -1,4 +1,5 @@
 """python -m lab up [--nodes N] | down | status | reboot HOST | reimage HOST | k3s install|remove|status
+| web-images
 (as root, with the project's .venv python)."""
 
 from __future__ import annotations
@@ -46,6 +47,10 @@ def main(argv: list[str] | None = None) -> int:
     kr.add_argument("--nodes", required=True, help="nodes, comma-separated")
     ks = ksub.add_parser("status", help="JSON per node: units, Node Ready + heartbeat age, shims, mounts")
     ks.add_argument("--nodes", default="", help="nodes, comma-separated (default: every node)")
+    pw = sub.add_parser("web-images", help="the stand-in Slurm-web images (built from the lab's Debian "
+                                           "packages, cached) in the lab registry storage:5000; writes "
+                                           ".state/lab/web-images.json (idempotent; lab/web_images)")
+    pw.add_argument("--json", action="store_true", help="print the record as JSON")
     args = p.parse_args(argv)
 
     from . import core
@@ -66,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
             from . import k3s
 
             return k3s.main(args)
+        if args.cmd == "web-images":
+            from . import web_images
+
+            return web_images.main(args)
         if args.cmd == "reimage":
             core.reimage(args.host, args.timeout)
             return 0
