@@ -33,7 +33,7 @@ import urllib.request
 from pathlib import Path
 
 from .. import stackfile
-from ..common import STATE, LabError, flock, log, rel, require_root
+from ..common import STATE, LabError, cache_dir, flock, log, rel, require_root
 from ..hosts import Host
 from . import build
 
@@ -45,13 +45,17 @@ ACCEPT = ", ".join(["application/vnd.oci.image.manifest.v1+json",
                     "application/vnd.docker.distribution.manifest.v2+json"])
 
 
-def storage_host() -> Host:
+def running_lab() -> tuple[Host, Path | None]:
+    """The running lab's storage host, and the apt repository its hosts have bound (None when
+    that one is gone from the cache)."""
     inv = stackfile.read_inventory()
     if inv is None or inv.get("state") != "up":
         raise LabError("the lab is not up (python -m lab up)")
+    repo_dir = cache_dir() / f"repo-{inv.get('repo')}"
+    repo_dir = repo_dir if (repo_dir / "Packages").exists() else None
     for h in inv["hosts"]:
         if "storage" in h["roles"]:
-            return Host(h["name"], h["address"], tuple(h["roles"]))
+            return Host(h["name"], h["address"], tuple(h["roles"])), repo_dir
     raise LabError("the lab has no storage host")
 
 
@@ -126,9 +130,9 @@ def ensure() -> dict:
     """The registry on the storage host serving both images; returns the record."""
     require_root()
     start = time.monotonic()
-    h = storage_host()
+    h, repo_dir = running_lab()
     with flock(STATE / ".web-images.lock", "web-images"):
-        info = build.ensure()
+        info = build.ensure(repo_dir)  # from the packages the hosts install from
         images = info["images"]
         found = served(h, images) if unit_ok(h) else {}
         if len(found) == len(images):
