@@ -81,6 +81,23 @@ ExecStart=/bin/sh -c 'for c in cpuset memory devices freezer cpuacct; do d=/sys/
 WantedBy=multi-user.target
 UNIT
 systemctl enable gpu-fleet-lab-cgroup-v1.service >/dev/null 2>&1
+# A host booted with the legacy hierarchy (the controller: podman's limits need v1 controllers,
+# lab/nspawn.py) gets them read-only from nspawn: make its own subtrees writable, as a host's are.
+cat > /etc/systemd/system/gpu-fleet-lab-cgroup-rw.service <<'UNIT'
+[Unit]
+Description=lab: the v1 controllers of a legacy-booted host writable (podman's cgroupfs manager)
+DefaultDependencies=no
+Before=sysinit.target
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/bin/sh -c '[ "$$(stat -fc %%T /sys/fs/cgroup)" = tmpfs ] || exit 0; for d in /sys/fs/cgroup/*; do [ "$$(stat -fc %%T "$$d")" = cgroupfs ] && mount -o remount,bind,rw "$$d"; done; exit 0'
+
+[Install]
+WantedBy=sysinit.target
+UNIT
+systemctl enable gpu-fleet-lab-cgroup-rw.service >/dev/null 2>&1
 # test users for the transport's sudo handling (key login; no usable password)
 useradd -m -u {ADMIN_UID} -U -s /bin/bash fleetadmin
 useradd -m -u {NOPW_UID} -U -s /bin/bash fleetnopw

@@ -5,6 +5,7 @@ see DESIGN.md "The lab"): before systemd-nspawn starts, its process moves into
 its own cgroup in every mounted hierarchy, `<mount>/gpu-fleet-lab/<host>` (v1
 controllers with cpuset.cpus/mems set on the parents first, name=systemd, and
 the cgroup2 `unified` one); it boots with SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1
+(the controller with 0: `ROLE_HIERARCHY`)
 and `--boot --register=no --keep-unit`. Nothing is bound onto the host's
 /dev/console or /dev/null: stdin is /dev/null opened for reading, output goes
 to the host's log file.
@@ -153,9 +154,22 @@ ROLE_FLAGS = {
 K3S_MOUNT_POINT = "/srv/lab-k3s"
 
 
+#: SYSTEMD_NSPAWN_UNIFIED_HIERARCHY by role. The controller runs the web layer's podman, whose
+#: limits need cgroup controllers: this machine's are all v1 (its cgroup2 tree has none), so the
+#: controller boots with the legacy hierarchy (the v1 controllers, made writable by the image's
+#: gpu-fleet-lab-cgroup-rw.service) and podman uses them through its cgroupfs manager. The
+#: nodes keep the unified hierarchy plus the v1 controllers Slurm mounts (lab/image.py).
+ROLE_HIERARCHY = {"controller": "0"}
+
+
+def hierarchy(host: Host) -> str:
+    return next((ROLE_HIERARCHY[r] for r in host.roles if r in ROLE_HIERARCHY), "1")
+
+
 def boot_key() -> str:
     """Changes with the flags: `up` reboots a lab booted with other ones."""
-    return sha16("boot-v1", COMMON_FLAGS, ROLE_FLAGS, "k3s-bind", K3S_MOUNT_POINT)
+    return sha16("boot-v1", COMMON_FLAGS, ROLE_FLAGS, "k3s-bind", K3S_MOUNT_POINT, ROLE_HIERARCHY,
+                 "containers-bind")
 
 
 def role_flags(host: Host) -> list[str]:
@@ -164,6 +178,12 @@ def role_flags(host: Host) -> list[str]:
         flags += [f for f in ROLE_FLAGS.get(role, ()) if f not in flags]
     if "node" in host.roles:
         flags.append(f"--bind-ro={k3s_cache_dir()}:{K3S_MOUNT_POINT}")
+    if "controller" in host.roles:
+        # podman's overlay driver cannot stack on the host's overlay rootfs: its storage is a
+        # directory of this machine's filesystem (removed with the host on `lab down`)
+        store = HOSTS_DIR / host.name / "containers"
+        store.mkdir(parents=True, exist_ok=True)
+        flags.append(f"--bind={store}:/var/lib/containers")
     return flags
 
 
@@ -191,7 +211,7 @@ def launch(host: Host, repo: Path) -> int:
     env = {
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "LANG": "C.UTF-8",
-        "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": "1",
+        "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": hierarchy(host),
     }
     with open(log_path(host.name), "ab") as out, open(os.devnull, "rb") as devnull:
         out.write(f"--- lab boot {time.strftime('%Y-%m-%d %H:%M:%S')}: {shlex.join(nspawn_argv(host, repo))}\n".encode())
