@@ -7,13 +7,13 @@ serving the page, index.html + app.js, and proxying /api/ GET-only to the agent)
 are built from the lab apt repository's Debian packages (build.py; seconds, cached machine-wide
 by their inputs) and served by the lab's own registry: Debian's docker-registry on the `storage`
 host, plain HTTP on :5000 (registry.sh), as `storage:5000/gpu-fleet/slurm-web-agent` and
-`.../slurm-web-gateway`, tagged `7.0.0-lab-<build key>`. They are pushed from the storage host
+`.../slurm-web-gateway`, each tagged `7.0.0-lab-<its build key>`. They are pushed from the storage host
 itself (a one-shot podman store in a temp dir, removed after), never from the controller, whose
 podman store the web layer fills by pulling by digest.
 
 `.state/lab/web-images.json` records the digests podman pushed (`--digestfile`):
 {"registry": "storage:5000", "agent": "storage:5000/gpu-fleet/slurm-web-agent@sha256:...",
- "gateway": "storage:5000/gpu-fleet/slurm-web-gateway@sha256:...", "build": KEY, "tag": TAG}.
+ "gateway": "storage:5000/gpu-fleet/slurm-web-gateway@sha256:...", "tags": {"agent": TAG, ...}}.
 The command is idempotent: with the unit active and enabled and both tags served, it pushes
 nothing and only prints and records the digests; on a storage host made again (lab up after
 down, reimage) it sets the registry up and pushes again. The build is deterministic, so the
@@ -109,7 +109,7 @@ def record(info: dict, digests: dict[str, str]) -> dict:
     doc = {"registry": REGISTRY}
     for comp, img in info["images"].items():
         doc[comp] = f"{REGISTRY}/{img['repository']}@{digests[comp]}"
-    doc.update(build=info["key"], tag=build.tag(info["key"]))
+    doc["tags"] = {comp: img["tag"] for comp, img in info["images"].items()}
     if not RECORD.exists() or json.loads(RECORD.read_text() or "{}") != doc:
         RECORD.parent.mkdir(parents=True, exist_ok=True)
         tmp = RECORD.with_name(RECORD.name + ".tmp")
@@ -144,8 +144,8 @@ def ensure() -> dict:
             for line in out.splitlines():
                 log(f"  {h.name}: {line}")
             t_push = time.monotonic()
-            repos = [img["repository"] for img in images.values()]
-            out = on_storage(h, "push", build.tag(info["key"]), *repos, stdin=_archives(info))
+            refs = [f"{comp}={img['repository']}:{img['tag']}" for comp, img in images.items()]
+            out = on_storage(h, "push", *refs, stdin=_archives(info))
             pushed = dict(line.split() for line in out.splitlines() if line.strip())
             digests = {comp: pushed.get(img["repository"], "") for comp, img in images.items()}
             check = served(h, images)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import signal
 import socket
 import sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -191,6 +192,9 @@ class Handler(BaseHTTPRequestHandler):
 
 
 def main() -> None:
+    # PID 1 in a container: SIGTERM has no default action there, so `podman stop` would wait
+    # out its timeout and SIGKILL
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     httpd = ThreadingHTTPServer(("0.0.0.0", PORT), Handler)
     httpd.daemon_threads = True
     print(f"slurm-web agent (lab stand-in) on :{PORT}, slurmrestd {SOCKET}, token {TOKEN_FILE}", flush=True)

@@ -9,8 +9,9 @@ stand-in's own files. Owners are root except the agent's /etc/slurm-web (uid/gid
 without a timestamp), so the same inputs give the same digests.
 
 Cached under `<cache>/lab/web-images-<key>/` (`agent.oci.tar`, `gateway.oci.tar`,
-`build.json`) with a `.ok` marker; the key hashes the packages' SHA-256s, the stand-in's
-sources and this file.
+`build.json`) with a `.ok` marker. Each image has its own key (its packages' SHA-256s, its own
+sources and this file; in its label and its tag `7.0.0-lab-<key>`), so a change to one image
+leaves the other's digest as it was; the cache's key hashes both.
 """
 
 from __future__ import annotations
@@ -139,22 +140,23 @@ def closure(index: dict[str, dict], roots: list[str], exclude: set[str] = EXCLUD
 
 # --- key -----------------------------------------------------------------------------------
 
-def _sources_hash() -> str:
+def _sources_hash(names: list[str]) -> str:
     h = hashlib.sha256()
-    for name in sorted({s for img in IMAGES.values() for s in img["sources"]} | {"build.py"}):
+    for name in sorted({*names, "build.py"}):
         h.update(name.encode() + b"\0" + (HERE / name).read_bytes() + b"\0")
     return h.hexdigest()
 
 
 def plan(repo_dir: Path) -> dict:
-    """What each image is made of and the cache key, from the repository's index."""
+    """What each image is made of and its key, and the cache key, from the repository's index."""
     index = parse_index((repo_dir / "Packages").read_text())
-    images = {}
+    images, keys = {}, {}
     for comp, spec in IMAGES.items():
         names = closure(index, spec["roots"])
         images[comp] = [(n, index[n]["Version"], index[n]["SHA256"], index[n]["Filename"]) for n in names]
-    key = sha16("web-images-v1", lab_repo.arch(), SLURM_WEB_VERSION, images, _sources_hash())
-    return {"key": key, "packages": images}
+        keys[comp] = sha16("web-image-v1", lab_repo.arch(), SLURM_WEB_VERSION, comp, images[comp],
+                           _sources_hash(spec["sources"]))
+    return {"key": sha16("web-images-v2", keys), "keys": keys, "packages": images}
 
 
 # --- rootfs and OCI archive ----------------------------------------------------------------------
@@ -315,9 +317,9 @@ def _build(p: dict, repo_dir: Path, out: Path) -> None:
         root = tmp / f"{comp}-root"
         root.mkdir()
         _rootfs(comp, [repo_dir / fn for _, _, _, fn in pkgs], root)
-        res = oci_archive(comp, root, tmp / f"{comp}.oci.tar", key)
+        res = oci_archive(comp, root, tmp / f"{comp}.oci.tar", p["keys"][comp])
         remove_tree(root)
-        res.update(repository=IMAGES[comp]["repository"], tag=tag(key),
+        res.update(repository=IMAGES[comp]["repository"], tag=tag(p["keys"][comp]),
                    packages=[f"{n}={v}" for n, v, _, _ in pkgs])
         info["images"][comp] = res
         log(f"  built the {comp} image: {len(pkgs)} packages, {res['rootfs_bytes'] / 2**20:.1f} MiB "

@@ -2,9 +2,9 @@
 # The lab's local registry on the storage host (python -m lab web-images, lab/web_images):
 #   registry.sh setup            Debian's docker-registry from the lab's apt repository, plain
 #                                HTTP on :5000, no auth, as docker-registry.service (enabled)
-#   registry.sh push TAG REPO... stdin: a tar of <component>.oci.tar archives, in REPO order;
-#                                each is imported into a one-shot podman store (vfs, in a temp
-#                                dir, removed after) and pushed as localhost:5000/REPO:TAG;
+#   registry.sh push COMP=REPO:TAG...  stdin: a tar of COMP.oci.tar archives; each is imported
+#                                into a one-shot podman store (vfs, in a temp dir, removed
+#                                after) and pushed as localhost:5000/REPO:TAG;
 #                                prints "REPO sha256:..." (podman push --digestfile) per image
 set -euo pipefail
 export LC_ALL=C DEBIAN_FRONTEND=noninteractive
@@ -73,8 +73,6 @@ EOF
 }
 
 push() {
-  local tag="$1"
-  shift
   local tmp
   tmp="$(mktemp -d /var/tmp/lab-web-images.XXXXXX)"
   # podman keeps its blob-info cache in /var/lib/containers/cache whatever the store: a host
@@ -91,12 +89,14 @@ push() {
   printf '[engine]\nstatic_dir = "%s/root/libpod"\ntmp_dir = "%s/run/libpod"\nvolume_path = "%s/root/volumes"\nevents_logger = "none"\n[network]\nnetwork_config_dir = "%s/net"\n' \
     "$tmp" "$tmp" "$tmp" "$tmp" >"$tmp/containers.conf"
   local pm=(env "CONTAINERS_STORAGE_CONF=$tmp/storage.conf" "CONTAINERS_CONF=$tmp/containers.conf" podman)
-  local repo comp
-  for repo in "$@"; do
-    comp="${repo##*/slurm-web-}"
+  local ref comp repo
+  for ref in "$@"; do
+    comp="${ref%%=*}"
+    repo="${ref#*=}"
+    repo="${repo%%:*}"
     "${pm[@]}" pull -q "oci-archive:$tmp/in/$comp.oci.tar" >"$tmp/$comp.id"
     "${pm[@]}" push -q --tls-verify=false --digestfile "$tmp/$comp.digest" \
-      "$(cat "$tmp/$comp.id")" "docker://localhost:5000/$repo:$tag"
+      "$(cat "$tmp/$comp.id")" "docker://localhost:5000/${ref#*=}"
     printf '%s %s\n' "$repo" "$(cat "$tmp/$comp.digest")"
   done
 }
@@ -104,5 +104,5 @@ push() {
 case "${1:-}" in
   setup) setup ;;
   push) shift; push "$@" ;;
-  *) echo "usage: registry.sh setup | push TAG REPO..." >&2; exit 2 ;;
+  *) echo "usage: registry.sh setup | push COMP=REPO:TAG..." >&2; exit 2 ;;
 esac
