@@ -41,5 +41,7 @@ if fleet.slurm is not None:
 if fleet.accounting is not None:
     for key, value in fleet.accounting.exports().items():
         pulumi.export(key, value)
+if fleet.web is not None:
+    pulumi.export("web", fleet.web.output())
 if fleet.acceptance is not None and fleet.acceptance.canary is not None:
     pulumi.export("canary", fleet.acceptance.output())

@@ -39,7 +39,6 @@ SECRET_KEYS = frozenset({"munge_key", "db_password", "jwt_key", "hf_token"})
 #: A section for one of them is an error (it would do nothing); landing a layer removes its
 #: line here and adds its model to FleetConfig.
 NOT_BUILT = {
-    "web": "the web view",
     "guards": "the node guards layer (GPU temperature, host memory)",
     "tenancy": "the tenancy layer (multi-tenant quotas)",
 }
@@ -190,6 +189,9 @@ RelativeFile = _checked("a file path inside the snapshot: parts of letters, digi
                         "(no glob characters, no '..', not absolute)",
                         lambda v: not v.startswith("/") and _clean_path(v, "A-Za-z0-9._/-")
                         and "" not in v.split("/"))
+ImageRef = _checked("an image by digest: [registry[:port]/]path@sha256:<64 lowercase hex> (never a tag)",
+                    r"[a-z0-9][a-z0-9._-]*(:[0-9]{1,5})?(/[a-z0-9][a-z0-9._-]*)+@sha256:[0-9a-f]{64}")
+Registry = _checked("a registry host[:port] (storage:5000)", r"[a-z0-9][a-z0-9.-]{0,252}(:[0-9]{1,5})?")
 Text = _checked("printable text on one line (at most 200 characters, no control characters)",
                 lambda v: 0 < len(v) <= 200 and v.isprintable())
 
@@ -476,6 +478,57 @@ class K3sRetirementLayer(_Strict):
     timeout_s: int = Field(300, ge=30)
 
 
+class WebLimits(_Strict):
+    """What each web container may use; podman sets them and the layer reads them back from the
+    kernel's cgroup files (a limit the kernel does not enforce fails the rollout)."""
+
+    cpus: float = Field(0.5, gt=0, le=64)
+    memory_mb: int = Field(256, ge=32, le=65536)
+    pids: int = Field(128, ge=16, le=65536)
+
+
+class WebRuntime(_Strict):
+    """podman's engine settings (containers.conf drop-in). The defaults suit a host booted by
+    systemd with cgroup v2; the lab's nspawn hosts need `cgroupfs` (v1 controllers), no session
+    keyring (keyctl is filtered) and no default sysctls (ping_group_range is read-only)."""
+
+    cgroup_manager: Literal["systemd", "cgroupfs"] = "systemd"
+    keyring: bool = True
+    default_sysctls: bool = True
+    #: registries reached over plain HTTP (the lab's own); a real fleet's are TLS
+    insecure_registries: list[Registry] = Field(default_factory=list)
+
+
+class WebLayer(_Strict):
+    """Slurm-web's agent and gateway as hardened podman containers on the controller: images by
+    digest, a fixed non-root user, read-only rootfs, no capabilities, limits; the agent reaches
+    slurmrestd only on its Unix socket with a short-lived token of a low-privilege user; the
+    gateway's port on loopback only (an admin reaches it through an SSH tunnel)."""
+
+    enabled: bool = False
+    agent_image: Optional[ImageRef] = None
+    gateway_image: Optional[ImageRef] = None
+    #: the containers' user (numeric; no account on the host needs it)
+    uid: int = Field(64210, ge=1000, le=2**31)
+    gid: int = Field(64210, ge=1000, le=2**31)
+    #: the gateway's port, published on 127.0.0.1 only
+    port: int = Field(8080, ge=1024, le=65535)
+    limits: WebLimits = WebLimits()
+    #: the Slurm user whose token the agent holds: no Slurm admin or operator level
+    token_user: UserName = "slurmweb"
+    token_uid: int = Field(64211, ge=1000, le=2**31)
+    token_lifetime_s: int = Field(3600, ge=60, le=7 * 86400)
+    #: the controller's timer mints a new token this long before the current one expires
+    renew_before_s: int = Field(900, ge=20)
+    #: the watchdog timer's period (it restarts a unit whose container is gone)
+    health_interval_s: int = Field(60, ge=2, le=3600)
+    #: podman and its runtime, network and DNS, as Debian 12 packages them
+    packages: dict[PackageName, DebianVersion] = Field(default_factory=lambda: {
+        "podman": "4.3.1+ds1-8+deb12u1+b3", "crun": "1.8.1-1+deb12u1", "conmon": "2.1.6+ds1-1",
+        "netavark": "1.4.0-3", "aardvark-dns": "1.4.0-3", "iptables": "1.8.9-2"})
+    runtime: WebRuntime = WebRuntime()
+
+
 class AcceptanceLayer(_Strict):
     enabled: bool = True
     job_timeout_s: int = Field(300, ge=10)
@@ -494,6 +547,7 @@ class FleetConfig(_Strict):
     accounting: AccountingLayer = AccountingLayer()
     model_snapshot: ModelSnapshotLayer = ModelSnapshotLayer()
     k3s_retirement: K3sRetirementLayer = K3sRetirementLayer()
+    web: WebLayer = WebLayer()
     acceptance: AcceptanceLayer = AcceptanceLayer()
 
     def node(self, name: str) -> NodeSpec:
@@ -628,6 +682,27 @@ def _cross_check(cfg: FleetConfig) -> list[str]:
     problems += _storage_check(cfg)
     problems += _model_check(cfg)
     problems += _k3s_check(cfg)
+    problems += _web_check(cfg)
+    return problems
+
+
+def _web_check(cfg: FleetConfig) -> list[str]:
+    """The web view needs slurmrestd (the accounting layer) and both images; the token is
+    renewed before it expires."""
+    w = cfg.web
+    if not w.enabled:
+        return []
+    where = f"{PROJECT}:web"
+    problems = [f"{where}.{f}: required when the layer is enabled (an image by digest)"
+                for f in ("agent_image", "gateway_image") if getattr(w, f) is None]
+    if not (cfg.slurm.enabled and cfg.accounting.enabled):
+        problems.append(f"{where}.enabled: the web view reads slurmrestd, which the accounting layer "
+                        "runs: enable slurm and accounting too")
+    if w.renew_before_s >= w.token_lifetime_s:
+        problems.append(f"{where}.renew_before_s: {w.renew_before_s} s is not less than token_lifetime_s "
+                        f"({w.token_lifetime_s} s): the token would expire before it is renewed")
+    if w.token_uid in (w.uid, cfg.accounting.restd_uid):
+        problems.append(f"{where}.token_uid: {w.token_uid} is already the containers' or slurmrestd's uid")
     return problems
 
 

@@ -27,12 +27,13 @@ from .config import FleetConfig
 from .inventory import Inventory, fleet_summary
 from .layers.acceptance.component import Acceptance, AcceptanceInputs
 from .layers.acceptance.gate import JobPaths
-from .layers.accounting.component import Accounting, AccountingInputs
+from .layers.accounting.component import JWT_KEY, RESTD_SOCKET_DIR, Accounting, AccountingInputs
 from .layers.gpu_runtime.component import GpuRuntime, GpuRuntimeInputs
 from .layers.k3s_retirement.component import K3sRetirement, K3sRetirementInputs
 from .layers.model_snapshot.component import ModelSnapshot, ModelSnapshotInputs
 from .layers.slurm.component import SlurmCluster, SlurmInputs
 from .layers.storage.component import Storage, StorageInputs
+from .layers.web.component import Web, WebInputs
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class Fleet(pulumi.ComponentResource):
                                        child).outputs
             final_paths = self.model.job_paths
 
-        self.slurm = self.accounting = self.acceptance = None
+        self.slurm = self.accounting = self.acceptance = self.web = None
         if not (cfg.slurm.enabled and secrets.munge_key is not None):
             self.register_outputs({"summary": self.summary})
             return
@@ -106,6 +107,9 @@ class Fleet(pulumi.ComponentResource):
                 self.slurm.slurmctld), child).outputs
             hand_over(pulumi.Output.from_input([self.accounting.ready]))
             after.append(self.accounting.checked)
+            if cfg.web.enabled:
+                self.web = Web(WebInputs(cfg, root, RESTD_SOCKET_DIR, JWT_KEY, [self.accounting.checked]),
+                               child).outputs
         else:
             hand_over(pulumi.Output.from_input([]))
         if self.model is not None:

@@ -214,7 +214,6 @@ def test_accounting_backups_must_live_outside_the_datadir(fleet14_config):
 # ---- layers not built: a section is an error, never a no-op -----------------------------------
 
 NOT_BUILT_SECTIONS = {
-    "web": {"enabled": True, "listen_address": "0.0.0.0"},
     "guards": {"enabled": True},
     "tenancy": {"enabled": False},
 }
@@ -233,13 +232,13 @@ def test_a_section_for_a_layer_not_built_is_refused(canary_config, key):
 
 
 def test_layer_not_built_is_listed_with_every_other_problem(canary_config):
-    canary_config["gpu-fleet:web"] = json.dumps(NOT_BUILT_SECTIONS["web"])  # as the engine sends it
+    canary_config["gpu-fleet:guards"] = json.dumps(NOT_BUILT_SECTIONS["guards"])  # as the engine sends it
     canary_config["gpu-fleet:nodes"][0]["cpus"] = 0
     with pytest.raises(ConfigError) as exc:
         parse_fleet_config(canary_config, "stacks/Pulumi.canary.yaml")
-    assert [p.split(":")[1] for p in exc.value.problems] == ["web", "nodes[0] (gpu01).cpus"]
-    assert ("  stacks/Pulumi.canary.yaml: gpu-fleet:web: the web view is not built yet; remove this "
-            "section (it would do nothing)") in str(exc.value).splitlines()
+    assert [p.split(":")[1] for p in exc.value.problems] == ["guards", "nodes[0] (gpu01).cpus"]
+    assert (f"  stacks/Pulumi.canary.yaml: gpu-fleet:guards: {NOT_BUILT['guards']} is not built yet; "
+            "remove this section (it would do nothing)") in str(exc.value).splitlines()
 
 
 # ---- every config string is checked ------------------------------------------------------------

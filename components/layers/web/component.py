@@ -1,0 +1,132 @@
+"""The web layer: Slurm-web's agent and gateway as hardened podman containers on the controller
+(the seed's Web 与 Tailnet).
+
+On the controller, in order:
+
+1. podman and its runtime, network and DNS (`PackageSet`), its engine drop-in (web.runtime);
+2. the token: a Slurm user with no admin or operator level (`Account`), a oneshot unit that
+   mints its slurmrestd token (`scontrol token`, bounded lifetime) into the agent's secret
+   directory, and a timer that renews it `renew_before_s` before it expires; the JWT signing
+   key stays with slurmctld and slurmrestd, never in a container;
+3. both images pulled by digest (`web:Image`), an internal network (agent and gateway) and an
+   ingress network (the gateway only: an internal network publishes no port);
+4. the agent (slurmrestd's Unix socket and its token directory mounted read-only, no port) and
+   the gateway (port on 127.0.0.1 only), each a systemd unit running `podman run` with every
+   hardening flag, recreated under the watchdog's pause and the layer's lock, and read back from
+   podman and the kernel (`web:Container`);
+5. the watchdog timer, then `web:Check`: the page and read API through the gateway, writes
+   refused, the port closed on the host's other addresses.
+
+Rollback (destroy, or the layer off) removes the containers, units, timers, networks, the images
+it pulled, the token and its user; Slurm and accounting keep running.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import pulumi
+
+from ...config import FleetConfig
+from ...hosts import conn_input
+from ...providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
+from .check import WebCheck
+from .container import WebContainer, WebImage, WebNetwork
+from .remote import HEALTH_SH, TOKEN_PROBE, TOKEN_SH, sh
+from .render import (
+    AGENT, COMPONENTS, CONTAINERS_CONF, GATEWAY, HEALTH_SCRIPT, HEALTH_TIMER, HEALTH_UNIT, INGRESS_NET,
+    INTERNAL_NET, LOCK, REGISTRIES_CONF, TOKEN_FILE, TOKEN_SCRIPT, TOKEN_TIMER, TOKEN_UNIT, container_specs,
+    render_container_unit, render_containers_conf, render_health_timer, render_health_unit,
+    render_registries_conf, render_token_timer, render_token_unit, secret_dir,
+)
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class WebInputs:
+    cfg: FleetConfig
+    root: Path
+    #: slurmrestd's socket directory and Slurm's JWT signing key (the accounting layer's)
+    restd_socket_dir: str
+    jwt_key: str
+    #: slurmrestd up and verified: the token and the agent wait on it
+    after: Sequence[pulumi.Resource]
+
+
+@dataclass(frozen=True)
+class WebOutputs:
+    containers: dict[str, WebContainer]
+    check: WebCheck
+
+    def output(self) -> pulumi.Output[dict]:
+        a, g = self.containers[AGENT], self.containers[GATEWAY]
+        return pulumi.Output.all(a.observed, g.observed, self.check.seen).apply(lambda t: {
+            "containers": {c: {k: o.get(k) for k in ("image_digest", "user", "read_only", "cap_eff", "no_new_privs",
+                                                        "memory_limit_bytes", "pids_max", "cpu_quota_us", "ports")}
+                           for c, o in zip(COMPONENTS, t[:2])},
+            "check": t[2]})
+
+
+class Web(pulumi.ComponentResource):
+    """Slurm-web on the controller: hardened containers, read-only to Slurm, loopback only."""
+
+    def __init__(self, inputs: WebInputs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-fleet:web:Web", "web", None, opts)
+        cfg, w = inputs.cfg, inputs.cfg.web
+        ctl = cfg.hosts.controller
+        conn = conn_input(ctl, cfg.ssh, inputs.root)
+        n = ctl.name
+        after = lambda *deps: pulumi.ResourceOptions(parent=self, depends_on=[*deps])  # noqa: E731
+
+        packages = PackageSet(f"{n}-web-packages", conn=conn, packages=dict(w.packages), hold=True, opts=after())
+        engine = [File(f"{n}-web-containers-conf", conn=conn, path=CONTAINERS_CONF,
+                       content=render_containers_conf(cfg), opts=after(packages))]
+        if w.runtime.insecure_registries:
+            engine.append(File(f"{n}-web-registries-conf", conn=conn, path=REGISTRIES_CONF,
+                               content=render_registries_conf(cfg), opts=after(packages)))
+
+        # the token: a low-privilege Slurm user, minted here, renewed by a timer
+        user = Account(f"{n}-web-token-user", conn=conn, user=w.token_user, uid=w.token_uid, gid=w.token_uid,
+                       opts=after(*inputs.after))
+        tscript = File(f"{n}-web-token-script", conn=conn, path=TOKEN_SCRIPT, content=TOKEN_SH,
+                       mode="0755", opts=after())
+        tunit = SystemdUnit(f"{n}-web-token-unit", conn=conn, unit=TOKEN_UNIT, content=render_token_unit(cfg),
+                            enabled=False, active=False, opts=after(tscript))
+        token_file = f"{secret_dir(AGENT)}/{TOKEN_FILE}"
+        token = CommandWithVerify(
+            f"{n}-web-token", conn=conn, create=["systemctl", "start", TOKEN_UNIT],
+            verify=sh(TOKEN_PROBE, token_file, w.token_user, str(w.gid), "30"),
+            delete=["rm", "-rf", secret_dir(AGENT)],
+            triggers={"unit": _sha(render_token_unit(cfg))}, opts=after(tunit, user, *inputs.after))
+        ttimer = SystemdUnit(f"{n}-web-token-timer", conn=conn, unit=TOKEN_TIMER, content=render_token_timer(cfg),
+                             opts=after(token))
+
+        images = {c: WebImage(f"{n}-web-image-{c}", conn=conn, component=c, ref=ref, opts=after(*engine))
+                  for c, ref in ((AGENT, w.agent_image), (GATEWAY, w.gateway_image))}
+        nets = {name: WebNetwork(f"{n}-web-net-{name.rsplit('-', 1)[1]}", conn=conn, network=name,
+                                 internal=name == INTERNAL_NET, opts=after(*engine))
+                for name in (INTERNAL_NET, INGRESS_NET)}
+
+        specs = container_specs(cfg, inputs.restd_socket_dir, inputs.jwt_key)
+        units = {c: render_container_unit(specs[c]) for c in COMPONENTS}
+        lifecycle = {"timer": HEALTH_TIMER, "health": HEALTH_UNIT, "lock": LOCK}
+        agent = WebContainer(f"{n}-web-{AGENT}", conn=conn, spec=specs[AGENT], unit_content=units[AGENT],
+                             **lifecycle, opts=after(images[AGENT], nets[INTERNAL_NET], token, *inputs.after))
+        gateway = WebContainer(f"{n}-web-{GATEWAY}", conn=conn, spec=specs[GATEWAY], unit_content=units[GATEWAY],
+                               **lifecycle, opts=after(images[GATEWAY], *nets.values(), agent))
+
+        hscript = File(f"{n}-web-health-script", conn=conn, path=HEALTH_SCRIPT, content=HEALTH_SH,
+                       mode="0755", opts=after())
+        hunit = SystemdUnit(f"{n}-web-health-unit", conn=conn, unit=HEALTH_UNIT, content=render_health_unit(cfg),
+                            enabled=False, active=False, opts=after(hscript))
+        htimer = SystemdUnit(f"{n}-web-health-timer", conn=conn, unit=HEALTH_TIMER, content=render_health_timer(cfg),
+                             opts=after(hunit, agent, gateway))
+        check = WebCheck(f"{n}-web-check", conn=conn, port=w.port, slurm_nodes=[x.name for x in cfg.slurm_nodes()],
+                         triggers={c: _sha(u) for c, u in units.items()}, opts=after(gateway, htimer, ttimer))
+        self.outputs = WebOutputs({AGENT: agent, GATEWAY: gateway}, check)
+        self.register_outputs({})

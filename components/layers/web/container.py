@@ -1,0 +1,206 @@
+"""The web layer's dynamic providers: images pulled by digest, podman networks, and the
+containers (unit + runtime readback), all on the controller.
+
+A container's create and update go through lifecycle.sh, which pauses the layer's watchdog,
+waits for a watchdog run to end and takes the layer's lock before recreating (the seed's reapply
+race); then readback.sh reads what runs and `runtime.judge` compares it with the spec: a
+difference fails the `up`, naming each property. `read` (refresh) records the readback, so a
+container that drifted (stopped, replaced by hand) is an update on the next `up`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pulumi
+from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
+
+from ...errors import FleetError
+from ...providers.base import Props, _entry, conn_change
+from ...transport import Connection
+from .remote import LIFECYCLE, READBACK, connect as _c, sh
+from .runtime import judge, parse_readback
+
+
+class _WebProvider(ResourceProvider):
+    serialize_as_secret_always = False  # holds no secret (the token is minted on the host)
+
+    def replaces(self, olds: Props, news: Props) -> list[str]:
+        return []
+
+    def drifted(self, olds: Props, news: Props) -> bool:
+        raise NotImplementedError
+
+    @_entry
+    def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
+        how = conn_change(type(self).__name__, _id, olds, news)
+        replaces = (["conn"] if how == "replace" else []) + self.replaces(olds, news)
+        return DiffResult(changes=bool(how) or bool(replaces) or self.drifted(olds, news),
+                          replaces=replaces, stables=[], delete_before_replace=how == "replace")
+
+
+# --- images ---------------------------------------------------------------------------------
+
+def _image_probe(conn: Connection, ref: str) -> Optional[str]:
+    r = conn.run(["podman", "image", "inspect", "--format", "{{.Digest}}", ref], mutating=False, check=False)
+    return r.stdout.strip() or None if r.rc == 0 else None
+
+
+class WebImageProvider(_WebProvider):
+    def replaces(self, olds: Props, news: Props) -> list[str]:
+        return ["ref"] if olds.get("ref") != news.get("ref") else []
+
+    def drifted(self, olds: Props, news: Props) -> bool:
+        return olds.get("digest") != news["ref"].rsplit("@", 1)[1]
+
+    def _ensure(self, props: Props, pulled: bool) -> Props:
+        conn, ref = _c(props["conn"]), props["ref"]
+        want = ref.rsplit("@", 1)[1]
+        have = _image_probe(conn, ref)
+        if have is None:
+            conn.run(["podman", "pull", "--quiet", ref], mutating=True, timeout=900)
+            pulled, have = True, _image_probe(conn, ref)
+        if have != want:
+            raise FleetError(f"web:Image {props['component']}: host {conn.t.name}: `podman image inspect {ref}` "
+                             f"shows digest {have}, not the pinned {want}")
+        return {**props, "digest": have, "pulled": pulled}
+
+    @_entry
+    def create(self, props: Props) -> CreateResult:
+        return CreateResult(id_=f"{props['conn']['name']}:web-image:{props['component']}",
+                            outs=self._ensure(props, False))
+
+    @_entry
+    def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
+        return UpdateResult(outs=self._ensure(news, bool(olds.get("pulled"))))
+
+    @_entry
+    def read(self, id_: str, props: Props) -> ReadResult:
+        return ReadResult(id_=id_, outs={**props, "digest": _image_probe(_c(props["conn"]), props["ref"])})
+
+    @_entry
+    def delete(self, _id: str, props: Props) -> None:
+        if props.get("pulled"):  # an image the admin had before stays
+            _c(props["conn"]).run(["podman", "rmi", "--ignore", props["ref"]], mutating=True)
+
+
+class WebImage(Resource, module="web", name="Image"):
+    digest: pulumi.Output[str]
+
+    def __init__(self, name: str, *, conn: dict, component: str, ref: str,
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__(WebImageProvider(), name,
+                         {"conn": conn, "component": component, "ref": ref, "digest": None, "pulled": None}, opts)
+
+
+# --- networks -------------------------------------------------------------------------------
+
+def _network_probe(conn: Connection, name: str) -> Optional[bool]:
+    """The network's `internal` flag, or None when it does not exist."""
+    r = conn.run(["podman", "network", "inspect", "--format", "{{.Internal}}", name], mutating=False, check=False)
+    return r.stdout.strip() == "true" if r.rc == 0 else None
+
+
+class WebNetworkProvider(_WebProvider):
+    def replaces(self, olds: Props, news: Props) -> list[str]:
+        return [k for k in ("name", "internal") if olds.get(k) != news.get(k)]
+
+    def drifted(self, olds: Props, news: Props) -> bool:
+        return olds.get("observed_internal") != news["internal"]
+
+    def _ensure(self, props: Props, created: bool) -> Props:
+        conn, name = _c(props["conn"]), props["name"]
+        have = _network_probe(conn, name)
+        if have is None:
+            conn.run(["podman", "network", "create", *(["--internal"] if props["internal"] else []), name],
+                     mutating=True)
+            created, have = True, _network_probe(conn, name)
+        if have != props["internal"]:
+            raise FleetError(f"web:Network {name}: host {conn.t.name}: internal is {have}, the layer needs "
+                             f"{props['internal']} (a network of that name that is not the layer's: rename or remove it)")
+        return {**props, "observed_internal": have, "created": created}
+
+    @_entry
+    def create(self, props: Props) -> CreateResult:
+        return CreateResult(id_=f"{props['conn']['name']}:web-network:{props['name']}", outs=self._ensure(props, False))
+
+    @_entry
+    def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
+        return UpdateResult(outs=self._ensure(news, bool(olds.get("created"))))
+
+    @_entry
+    def read(self, id_: str, props: Props) -> ReadResult:
+        return ReadResult(id_=id_, outs={**props, "observed_internal": _network_probe(_c(props["conn"]), props["name"])})
+
+    @_entry
+    def delete(self, _id: str, props: Props) -> None:
+        if props.get("created"):
+            _c(props["conn"]).run(["podman", "network", "rm", "--force", props["name"]], mutating=True, check=False)
+
+
+class WebNetwork(Resource, module="web", name="Network"):
+    def __init__(self, name: str, *, conn: dict, network: str, internal: bool,
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__(WebNetworkProvider(), name,
+                         {"conn": conn, "name": network, "internal": internal, "observed_internal": None,
+                          "created": None}, opts)
+
+
+# --- containers -----------------------------------------------------------------------------
+
+#: props that are not part of what runs (the way to the host, the layer's watchdog and lock)
+_NOT_SPEC = ("conn", "observed", "problems", "timer", "health", "lock")
+
+
+def spec_of(props: Props) -> dict[str, Any]:
+    return {k: v for k, v in props.items() if k not in _NOT_SPEC}
+
+
+class WebContainerProvider(_WebProvider):
+    def drifted(self, olds: Props, news: Props) -> bool:
+        return (spec_of(olds) != spec_of(news) or olds.get("problems") != []
+                or not (olds.get("observed") or {}).get("running"))
+
+    def _readback(self, conn: Connection, props: Props) -> dict[str, Any]:
+        return parse_readback(conn.run(sh(READBACK, props["name"], props["unit"]), mutating=False).stdout)
+
+    def _apply(self, props: Props) -> Props:
+        conn = _c(props["conn"])
+        conn.run(sh(LIFECYCLE, "apply", props["unit"], props["name"], props["timer"], props["health"], props["lock"]),
+                 mutating=True, stdin=props["unit_content"].encode(), timeout=300)
+        obs = self._readback(conn, props)
+        problems = judge(props, obs)
+        if problems:
+            raise FleetError(f"web:Container {props['name']}: host {conn.t.name}: what podman and the kernel run "
+                             "is not what the stack asks for (read back after the restart):\n  - "
+                             + "\n  - ".join(problems))
+        return {**props, "observed": obs, "problems": []}
+
+    @_entry
+    def create(self, props: Props) -> CreateResult:
+        return CreateResult(id_=f"{props['conn']['name']}:web-container:{props['name']}", outs=self._apply(props))
+
+    @_entry
+    def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
+        return UpdateResult(outs=self._apply(news))
+
+    @_entry
+    def read(self, id_: str, props: Props) -> ReadResult:
+        obs = self._readback(_c(props["conn"]), props)
+        return ReadResult(id_=id_, outs={**props, "observed": obs, "problems": judge(props, obs)})
+
+    @_entry
+    def delete(self, _id: str, props: Props) -> None:
+        _c(props["conn"]).run(sh(LIFECYCLE, "remove", props["unit"], props["name"], props["timer"],
+                                 props["health"], props["lock"]), mutating=True, timeout=300)
+
+
+class WebContainer(Resource, module="web", name="Container"):
+    observed: pulumi.Output[dict]
+    problems: pulumi.Output[list]
+
+    def __init__(self, name: str, *, conn: dict, spec: dict[str, Any], unit_content: str, timer: str,
+                 health: str, lock: str, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__(WebContainerProvider(), name,
+                         {"conn": conn, **spec, "unit_content": unit_content, "timer": timer, "health": health,
+                          "lock": lock, "observed": None, "problems": None}, opts)
