@@ -11,7 +11,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from . import exposure, hosts, identities, k3s, model, packages, relax, secrets, slurm, storage
+from . import exposure, hosts, identities, k3s, model, packages, relax, secrets, slurm, storage, web
 
 PACK_NAME = "gpu-fleet"
 
@@ -102,6 +102,43 @@ _SPECS = [
      "K3s agents stop in batches of at least one, each agent after the seal and the whole previous "
      "batch, and the K3s server last, after every agent of its change.",
      k3s.validate_stop_order, Severity.HIGH),
+    ("web-image-by-digest", "resource",
+     "Every web container and image is pinned by digest (name@sha256:<64 hex>, no tag).",
+     web.validate_image_by_digest, Severity.HIGH),
+    ("web-non-root-user", "resource",
+     "Every web container runs as a numeric, non-zero uid:gid, never a name or root.",
+     web.validate_non_root_user, Severity.HIGH),
+    ("web-read-only-rootfs", "resource",
+     "Every web container has a read-only root filesystem.",
+     web.validate_read_only_rootfs, Severity.HIGH),
+    ("web-capabilities-dropped", "resource",
+     "Every web container drops ALL capabilities and adds none.",
+     web.validate_capabilities_dropped, Severity.HIGH),
+    ("web-no-new-privileges", "resource",
+     "Every web container runs with no-new-privileges.",
+     web.validate_no_new_privileges, Severity.HIGH),
+    ("web-resource-limits", "resource",
+     "Every web container has CPU, memory and PID limits above 0.",
+     web.validate_limits, Severity.MEDIUM),
+    ("web-ports-loopback-or-tailnet", "resource",
+     "Web containers publish ports on loopback or on their declared tailnet address only.",
+     web.validate_ports, Severity.HIGH),
+    ("web-mounts-read-only", "resource",
+     "Every mount of a web container is read-only.",
+     web.validate_mounts_read_only, Severity.HIGH),
+    ("web-secrets-per-component", "stack",
+     "The agent's and the gateway's secrets are directories of their own: no component mounts another's "
+     "secret or a directory it shares with another's.",
+     web.validate_secrets_per_component, Severity.HIGH),
+    ("web-no-jwt-signing-key", "resource",
+     "No web container mounts Slurm's JWT signing key or a directory holding it, or names it in its "
+     "environment.",
+     web.validate_no_signing_key, Severity.CRITICAL),
+    ("web-readback", "stack",
+     "A web container's readback (podman inspect, the kernel) obeys the same rules, its problems are "
+     "empty, and an image pulled the digest it pins: checked on the state's outputs after a create or "
+     "refresh, before `pulumi up` changes anything.",
+     web.validate_readback, Severity.HIGH),
     (relax.REASONS_POLICY, "stack",
      "Each policy this stack relaxes has a written reason in the policy pack config.",
      relax.validate_reasons, Severity.HIGH),

@@ -28,7 +28,8 @@ STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (ROOT / "stacks").
 #: stacks that describe a target the built layers cannot reach yet: their preview must fail
 NOT_YET: set[str] = set()
 CASES = ("compliant", "root-jobs", "plain-munge-key", "k3s-node", "k3s-retired", "k3s-unsealed",
-         "k3s-server-first", "k3s-no-pg-proof", "account-drift", "unknown")
+         "k3s-server-first", "k3s-no-pg-proof", "account-drift", "web-image-tag", "web-root-user",
+         "web-public-port", "web-jwt-mount", "web-shared-secrets", "web-readback", "unknown")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -151,6 +152,30 @@ BAD = {
     "account-drift": ("service-account-ids",
                       'Account "slurm-gpu03" gives slurm uid 64099 on gpu03, but gpu01 gives it uid '
                       "64030; set the same uid on every host"),
+    "web-image-tag": ("web-image-by-digest",
+                      'Container "slurm-web-agent" (agent on storage) has image '
+                      "'storage:5000/gpu-fleet/slurm-web-agent:latest', which is pinned by the tag 'latest' "
+                      "only, a name the registry can move; set it to <registry>/<path>@sha256:<64 hex> with "
+                      "no tag"),
+    "web-root-user": ("web-non-root-user",
+                      'Container "slurm-web-agent" (agent on storage) runs as user \'0:0\', whose uid and gid '
+                      'are 0 (root\'s); set user to a numeric, non-zero uid:gid such as "10001:10001".'),
+    "web-public-port": ("web-ports-loopback-or-tailnet",
+                        'Container "slurm-web-gateway" (gateway on storage) publishes host port 8080 on '
+                        "'0.0.0.0' (publish), which is every interface of the host; publish on 127.0.0.1 "
+                        "(or ::1), or on the tailnet address declared in tailnet"),
+    "web-jwt-mount": ("web-no-jwt-signing-key",
+                      'Container "slurm-web-agent" (agent on storage) mounts /etc/slurm at \'/etc/slurm\', '
+                      "which is a directory that holds Slurm's JWT signing key /etc/slurm/jwt_hs256.key: "
+                      "whoever holds the key mints a token for any Slurm user"),
+    "web-shared-secrets": ("web-secrets-per-component",
+                           'Container "slurm-web-agent" (agent on storage) mounts /etc/gpu-fleet/web, the same '
+                           'secret source as Container "slurm-web-gateway" (gateway on storage)\'s '
+                           "/etc/gpu-fleet/web, so each can read the other's secrets"),
+    "web-readback": ("web-readback",
+                     'Container "slurm-web-agent" (agent on storage) runs with effective capabilities '
+                     "'00000000a80425fb' (observed CapEff), not 0000000000000000; drop ALL, add none, and "
+                     "re-create it."),
 }
 
 
