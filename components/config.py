@@ -499,6 +499,31 @@ class WebRuntime(_Strict):
     insecure_registries: list[Registry] = Field(default_factory=list)
 
 
+#: where Tailscale addresses its nodes (CGNAT range and its IPv6 ULA prefix)
+TAILNET_NETS = (ipaddress.ip_network("100.64.0.0/10"), ipaddress.ip_network("fd7a:115c:a1e0::/48"))
+
+
+def _tailnet_address(v: str) -> str:
+    try:
+        ip = ipaddress.ip_address(v)
+    except ValueError:
+        raise ValueError(f"{_shown(v)} is not an IP address") from None
+    if not any(ip in n for n in TAILNET_NETS):
+        raise ValueError(f"{v} is not a tailnet address (100.64.0.0/10 or fd7a:115c:a1e0::/48)")
+    return str(ip)
+
+
+class WebTailnet(_Strict):
+    """The gateway also published on the controller's tailnet address: its own change (an ID,
+    a baseline of what was published before, a marker) and its own rollback (remove the section:
+    the port goes back to loopback only, verified closed on the tailnet address)."""
+
+    address: Annotated[str, AfterValidator(_tailnet_address)]
+    change_id: ChangeId
+    #: the interface that carries the address (tailscaled's)
+    interface: HostName = "tailscale0"
+
+
 class WebLayer(_Strict):
     """Slurm-web's agent and gateway as hardened podman containers on the controller: images by
     digest, a fixed non-root user, read-only rootfs, no capabilities, limits; the agent reaches
@@ -527,6 +552,7 @@ class WebLayer(_Strict):
         "podman": "4.3.1+ds1-8+deb12u1+b3", "crun": "1.8.1-1+deb12u1", "conmon": "2.1.6+ds1-1",
         "netavark": "1.4.0-3", "aardvark-dns": "1.4.0-3", "iptables": "1.8.9-2"})
     runtime: WebRuntime = WebRuntime()
+    tailnet: Optional[WebTailnet] = None
 
 
 class AcceptanceLayer(_Strict):

@@ -125,6 +125,29 @@ def test_full_stack_retires_its_k3s_nodes_under_the_pack(repo):
     assert "k3s-seal" in out, out
 
 
+def test_the_web_layer_previews_clean_under_the_pack(repo):
+    """The real web layer's resources (not the fixtures' stand-ins) on the full stack's
+    controller pass every web policy: by digest, non-root, read-only, no caps, limits, loopback."""
+    proj, stack = repo.project, "full"
+    if stack not in repo.stacks:
+        proj.init_stack(stack)
+        repo.stacks.add(stack)
+    digest = "@sha256:" + "0" * 64
+    for path, value in [("accounting.enabled", "true"), ("web.enabled", "true"),
+                        ("web.agent_image", "registry.example.org/slurm-web/agent" + digest),
+                        ("web.gateway_image", "registry.example.org/slurm-web/gateway" + digest)]:
+        proj.run("config", "set", "--path", f"gpu-fleet:{path}", value, "--stack", stack)
+    try:
+        rc, out = repo.preview(stack, "--diff")
+    finally:
+        for path in ("web", "accounting"):
+            proj.run("config", "rm", f"gpu-fleet:{path}", "--stack", stack, check=False)
+    assert rc == 0, out
+    assert "[mandatory]" not in out, out
+    for name in ("storage-web-agent", "storage-web-gateway", "storage-web-check", "storage-web-token"):
+        assert f"::{name}]" in out, out
+
+
 BAD = {
     "root-jobs": ("slurm-no-root-jobs",
                   'File "slurm-conf-gpu01" (/etc/slurm/slurm.conf on gpu01) sets DisableRootJobs=NO, '

@@ -233,3 +233,41 @@ def test_the_check_passes_a_read_only_loopback_view():
 def test_the_check_names_what_it_refuses(old, new, needle):
     got = check_problems(parse_check(CHECK_OK.replace(old, new)), 8080, ["gpu01"])
     assert any(needle in p for p in got), got
+
+
+# ---- the tailnet exposure -------------------------------------------------------------------
+
+def test_a_tailnet_address_outside_the_tailnet_ranges_is_refused():
+    [p] = problems(web_raw(tailnet={"address": "10.0.0.5", "change_id": "t1"}))
+    assert p == "gpu-fleet:web.tailnet.address: 10.0.0.5 is not a tailnet address (100.64.0.0/10 or fd7a:115c:a1e0::/48)", p
+    [p] = problems(web_raw(tailnet={"address": "100.64.0.11"}))
+    assert p == "gpu-fleet:web.tailnet.change_id: required field is missing", p
+
+
+def test_the_tailnet_adds_one_published_address_to_the_gateway_only():
+    cfg = parse_fleet_config(web_raw(tailnet={"address": "100.64.0.11", "change_id": "t1"}), "canary")
+    specs = container_specs(cfg, "/run/slurmrestd", "/etc/slurm/jwt_hs256.key")
+    assert specs[GATEWAY]["publish"] == [{"address": a, "host_port": 8080, "container_port": 8080}
+                                         for a in ("127.0.0.1", "100.64.0.11")]
+    assert specs[GATEWAY]["tailnet"] == "100.64.0.11"
+    assert specs[AGENT] == SPECS[AGENT] or {k for k in specs[AGENT] if specs[AGENT][k] != SPECS[AGENT][k]} <= {"image"}
+    assert "--publish=100.64.0.11:8080:8080/tcp" in podman_run_argv(specs[GATEWAY])
+    v6 = parse_fleet_config(web_raw(tailnet={"address": "fd7a:115c:a1e0::b", "change_id": "t1"}), "canary")
+    assert "--publish=[fd7a:115c:a1e0::b]:8080:8080/tcp" in podman_run_argv(
+        container_specs(v6, "/run/slurmrestd", "/k")[GATEWAY])
+
+
+def test_the_check_allows_the_declared_tailnet_binding_only():
+    text = CHECK_OK.replace("127.0.0.1:8080 users", "100.64.0.11:8080 users")
+    assert check_problems(parse_check(text), 8080, ["gpu01"], "100.64.0.11") == []
+    assert check_problems(parse_check(text), 8080, ["gpu01"]) == ["port 8080 is bound on 100.64.0.11:8080, not on loopback"]
+
+
+def test_the_exposure_counts_only_with_its_marker_and_no_other_address_open():
+    from components.layers.web.tailnet import exposed_as_declared, parse_states
+    ok = "marker yes\nloopback 127.0.0.1 open\ntailnet 100.64.0.11 open\nother 10.213.57.11 ConnectionRefusedError\n"
+    assert exposed_as_declared(parse_states(ok), "100.64.0.11")
+    assert not exposed_as_declared(parse_states(ok.replace("marker yes", "marker no")), "100.64.0.11")
+    assert not exposed_as_declared(parse_states(ok.replace("ConnectionRefusedError", "open")), "100.64.0.11")
+    assert not exposed_as_declared(parse_states(ok.replace("tailnet 100.64.0.11 open", "tailnet 100.64.0.11 TimeoutError")),
+                                   "100.64.0.11")

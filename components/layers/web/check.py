@@ -40,7 +40,8 @@ def parse_check(stdout: str) -> dict[str, Any]:
             "nodes": nodes, "lan": lan, "listen": [[a, p[0] if p else ""] for a, *p in listen]}
 
 
-def check_problems(seen: dict[str, Any], port: int, slurm_nodes: list[str]) -> list[str]:
+def check_problems(seen: dict[str, Any], port: int, slurm_nodes: list[str],
+                   tailnet: Optional[str] = None) -> list[str]:
     p = []
     for path in READS:
         got = seen["http"].get(f"GET {path}")
@@ -61,7 +62,8 @@ def check_problems(seen: dict[str, Any], port: int, slurm_nodes: list[str]) -> l
     for addr, proc in seen["listen"]:
         if any(f'"{x}"' in proc for x in NEVER_LISTENING):
             p.append(f"{proc} listens on TCP {addr}: the agent and slurmrestd must have no TCP listener on the host")
-        if addr.rsplit(":", 1)[-1] == str(port) and not addr.startswith(("127.0.0.1:", "[::1]:")):
+        allowed = ("127.0.0.1:", "[::1]:", *([f"{tailnet}:", f"[{tailnet}]:"] if tailnet else []))
+        if addr.rsplit(":", 1)[-1] == str(port) and not addr.startswith(allowed):
             p.append(f"port {port} is bound on {addr}, not on loopback")
     return p
 
@@ -72,8 +74,9 @@ class WebCheckProvider(RolloutCheck):
 
     def run(self, props: Props) -> dict[str, Any]:
         conn = _c(props["conn"])
-        seen = parse_check(conn.run(sh(CHECK, str(props["port"])), mutating=False).stdout)
-        bad = check_problems(seen, int(props["port"]), list(props["slurm_nodes"]))
+        seen = parse_check(conn.run(sh(CHECK, str(props["port"]), props.get("tailnet") or ""),
+                                    mutating=False).stdout)
+        bad = check_problems(seen, int(props["port"]), list(props["slurm_nodes"]), props.get("tailnet"))
         if bad:
             raise FleetError(f"web:Check: host {conn.t.name}: the web view failed its check:\n  - " + "\n  - ".join(bad))
         return {"seen": {"http": seen["http"], "nodes": seen["nodes"], "lan": seen["lan"]}}
@@ -83,6 +86,6 @@ class WebCheck(Resource, module="web", name="Check"):
     seen: pulumi.Output[dict]
 
     def __init__(self, name: str, *, conn: dict, port: int, slurm_nodes: list[str], triggers: pulumi.Input[dict],
-                 opts: Optional[pulumi.ResourceOptions] = None):
+                 tailnet: Optional[str] = None, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__(WebCheckProvider(), name, {"conn": conn, "port": port, "slurm_nodes": slurm_nodes,
-                                                    "triggers": triggers, "seen": None}, opts)
+                                                    "tailnet": tailnet, "triggers": triggers, "seen": None}, opts)

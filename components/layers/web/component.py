@@ -36,9 +36,10 @@ from ...providers import Account, CommandWithVerify, File, PackageSet, SystemdUn
 from .check import WebCheck
 from .container import WebContainer, WebImage, WebNetwork
 from .remote import HEALTH_SH, TOKEN_PROBE, TOKEN_SH, sh
+from .tailnet import TailnetBaseline, TailnetExposure
 from .render import (
     AGENT, COMPONENTS, CONTAINERS_CONF, GATEWAY, HEALTH_SCRIPT, HEALTH_TIMER, HEALTH_UNIT, INGRESS_NET,
-    INTERNAL_NET, LOCK, REGISTRIES_CONF, TOKEN_FILE, TOKEN_SCRIPT, TOKEN_TIMER, TOKEN_UNIT, container_specs,
+    INTERNAL_NET, LOCK, NAMES, REGISTRIES_CONF, TAILNET_DIR, TOKEN_FILE, TOKEN_SCRIPT, TOKEN_TIMER, TOKEN_UNIT, container_specs,
     render_container_unit, render_containers_conf, render_health_timer, render_health_unit,
     render_registries_conf, render_token_timer, render_token_unit, secret_dir,
 )
@@ -62,14 +63,16 @@ class WebInputs:
 class WebOutputs:
     containers: dict[str, WebContainer]
     check: WebCheck
+    tailnet: Optional[TailnetExposure] = None
 
     def output(self) -> pulumi.Output[dict]:
         a, g = self.containers[AGENT], self.containers[GATEWAY]
-        return pulumi.Output.all(a.observed, g.observed, self.check.seen).apply(lambda t: {
+        exposed = self.tailnet.seen if self.tailnet else None
+        return pulumi.Output.all(a.observed, g.observed, self.check.seen, exposed).apply(lambda t: {
             "containers": {c: {k: o.get(k) for k in ("image_digest", "user", "read_only", "cap_eff", "no_new_privs",
                                                         "memory_limit_bytes", "pids_max", "cpu_quota_us", "ports")}
                            for c, o in zip(COMPONENTS, t[:2])},
-            "check": t[2]})
+            "check": t[2], "tailnet": t[3]})
 
 
 class Web(pulumi.ComponentResource):
@@ -117,8 +120,16 @@ class Web(pulumi.ComponentResource):
         lifecycle = {"timer": HEALTH_TIMER, "health": HEALTH_UNIT, "lock": LOCK}
         agent = WebContainer(f"{n}-web-{AGENT}", conn=conn, spec=specs[AGENT], unit_content=units[AGENT],
                              **lifecycle, opts=after(images[AGENT], nets[INTERNAL_NET], token, *inputs.after))
+        tailnet = None
+        before_gateway: list[pulumi.Resource] = []
+        if w.tailnet:
+            t = {"conn": conn, "change_id": w.tailnet.change_id, "address": w.tailnet.address,
+                 "interface": w.tailnet.interface, "port": w.port, "gateway": NAMES[GATEWAY], "dir": TAILNET_DIR}
+            before_gateway.append(TailnetBaseline(f"{n}-web-tailnet-baseline", props=t, opts=after(agent)))
         gateway = WebContainer(f"{n}-web-{GATEWAY}", conn=conn, spec=specs[GATEWAY], unit_content=units[GATEWAY],
-                               **lifecycle, opts=after(images[GATEWAY], *nets.values(), agent))
+                               **lifecycle, opts=after(images[GATEWAY], *nets.values(), agent, *before_gateway))
+        if w.tailnet:
+            tailnet = TailnetExposure(f"{n}-web-tailnet", props=t, opts=after(gateway))
 
         hscript = File(f"{n}-web-health-script", conn=conn, path=HEALTH_SCRIPT, content=HEALTH_SH,
                        mode="0755", opts=after())
@@ -127,6 +138,7 @@ class Web(pulumi.ComponentResource):
         htimer = SystemdUnit(f"{n}-web-health-timer", conn=conn, unit=HEALTH_TIMER, content=render_health_timer(cfg),
                              opts=after(hunit, agent, gateway))
         check = WebCheck(f"{n}-web-check", conn=conn, port=w.port, slurm_nodes=[x.name for x in cfg.slurm_nodes()],
-                         triggers={c: _sha(u) for c, u in units.items()}, opts=after(gateway, htimer, ttimer))
-        self.outputs = WebOutputs({AGENT: agent, GATEWAY: gateway}, check)
+                         triggers={c: _sha(u) for c, u in units.items()},
+                         tailnet=w.tailnet.address if w.tailnet else None, opts=after(gateway, htimer, ttimer, *([tailnet] if tailnet else [])))
+        self.outputs = WebOutputs({AGENT: agent, GATEWAY: gateway}, check, tailnet)
         self.register_outputs({})

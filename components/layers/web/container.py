@@ -22,8 +22,12 @@ from .remote import LIFECYCLE, READBACK, connect as _c, sh
 from .runtime import judge, parse_readback
 
 
-class _WebProvider(ResourceProvider):
+class WebProvider(ResourceProvider):
+    """diff from the recorded state only: a replace for what names another object, an update for drift."""
+
     serialize_as_secret_always = False  # holds no secret (the token is minted on the host)
+    #: replacing deletes the old object first (else the new one is created first)
+    delete_before_replace = False
 
     def replaces(self, olds: Props, news: Props) -> list[str]:
         return []
@@ -36,7 +40,8 @@ class _WebProvider(ResourceProvider):
         how = conn_change(type(self).__name__, _id, olds, news)
         replaces = (["conn"] if how == "replace" else []) + self.replaces(olds, news)
         return DiffResult(changes=bool(how) or bool(replaces) or self.drifted(olds, news),
-                          replaces=replaces, stables=[], delete_before_replace=how == "replace")
+                          replaces=replaces, stables=[],
+                          delete_before_replace=how == "replace" or (bool(replaces) and self.delete_before_replace))
 
 
 # --- images ---------------------------------------------------------------------------------
@@ -46,7 +51,7 @@ def _image_probe(conn: Connection, ref: str) -> Optional[str]:
     return r.stdout.strip() or None if r.rc == 0 else None
 
 
-class WebImageProvider(_WebProvider):
+class WebImageProvider(WebProvider):
     def replaces(self, olds: Props, news: Props) -> list[str]:
         return ["ref"] if olds.get("ref") != news.get("ref") else []
 
@@ -101,7 +106,7 @@ def _network_probe(conn: Connection, name: str) -> Optional[bool]:
     return r.stdout.strip() == "true" if r.rc == 0 else None
 
 
-class WebNetworkProvider(_WebProvider):
+class WebNetworkProvider(WebProvider):
     def replaces(self, olds: Props, news: Props) -> list[str]:
         return [k for k in ("name", "internal") if olds.get(k) != news.get(k)]
 
@@ -156,7 +161,7 @@ def spec_of(props: Props) -> dict[str, Any]:
     return {k: v for k, v in props.items() if k not in _NOT_SPEC}
 
 
-class WebContainerProvider(_WebProvider):
+class WebContainerProvider(WebProvider):
     def drifted(self, olds: Props, news: Props) -> bool:
         return (spec_of(olds) != spec_of(news) or olds.get("problems") != []
                 or not (olds.get("observed") or {}).get("running"))

@@ -36,6 +36,8 @@ HEALTH_TIMER = "gpu-fleet-web-health.timer"
 #: the watchdog and a reapply take it in turn: never both recreating a container
 LOCK = "/run/gpu-fleet-web.lock"
 CONTAINERS_CONF = "/etc/containers/containers.conf.d/50-gpu-fleet-web.conf"
+#: per tailnet change: the baseline (what was published before; written once) and the marker
+TAILNET_DIR = "/var/lib/gpu-fleet/web/tailnet"
 REGISTRIES_CONF = "/etc/containers/registries.conf.d/50-gpu-fleet-web.conf"
 TMPFS = {AGENT: ["/tmp"], GATEWAY: ["/tmp"]}
 
@@ -70,12 +72,18 @@ def container_specs(cfg: FleetConfig, restd_socket_dir: str, jwt_key: str) -> di
     gateway = {
         **common, "component": GATEWAY, "name": NAMES[GATEWAY], "unit": unit_name(GATEWAY),
         "image": w.gateway_image, "tmpfs": TMPFS[GATEWAY], "mounts": [],
+        "tailnet": w.tailnet.address if w.tailnet else None,
         # ingress first: the published port forwards to the container's address on it
         "networks": [INGRESS_NET, INTERNAL_NET],
-        "publish": [{"address": "127.0.0.1", "host_port": w.port, "container_port": GATEWAY_PORT}],
+        "publish": [{"address": a, "host_port": w.port, "container_port": GATEWAY_PORT}
+                    for a in ["127.0.0.1", *([w.tailnet.address] if w.tailnet else [])]],
         "env": {}, "after": [unit_name(AGENT)],
     }
     return {AGENT: agent, GATEWAY: gateway}
+
+
+def _bracket(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
 
 
 def podman_run_argv(spec: dict[str, Any]) -> list[str]:
@@ -92,7 +100,7 @@ def podman_run_argv(spec: dict[str, Any]) -> list[str]:
     argv += [f"--cpus={lim['cpus']}", f"--memory={lim['memory_mb']}m",
              f"--memory-swap={lim['memory_mb']}m", f"--pids-limit={lim['pids']}"]
     argv += [f"--network={n}" for n in spec["networks"]]
-    argv += [f"--publish={p['address']}:{p['host_port']}:{p['container_port']}/tcp" for p in spec["publish"]]
+    argv += [f"--publish={_bracket(p['address'])}:{p['host_port']}:{p['container_port']}/tcp" for p in spec["publish"]]
     argv += [f"--volume={m['source']}:{m['target']}:{'ro' if m['ro'] else 'rw'}" for m in spec["mounts"]]
     argv += [f"--env={k}={v}" for k, v in sorted(spec["env"].items())]
     argv += [f"--label=io.gpu-fleet.component={spec['component']}", spec["image"]]

@@ -1,12 +1,12 @@
 #!/bin/bash
 # Read-only, on the controller: the web view as a client sees it. $1 the gateway's port on
-# loopback. Sections: `http` (status of the page, each read API, and of write methods that
+# loopback, $2 the declared tailnet address (or empty; the tailnet change checks it). Sections: `http` (status of the page, each read API, and of write methods that
 # must be refused), `nodes` (the agent's node list through the gateway), `lan` (the port on
 # each of the host's other addresses: it must be refused), `listen` (TCP listeners and their
 # processes).
 set -uo pipefail
-port=$1
-PORT=$port python3 - <<'PY'
+port=$1 tailnet=${2:-}
+PORT=$port TAILNET=$tailnet python3 - <<'PY'
 import http.client, json, os, socket, subprocess
 port = int(os.environ["PORT"])
 def req(method, path, host="127.0.0.1"):
@@ -39,6 +39,8 @@ for line in addrs:
     f = line.split()
     if len(f) > 3 and f[2] == "inet" and not f[3].startswith("127.") and not f[1].startswith(("podman", "veth")):
         a = f[3].split("/")[0]
+        if a == os.environ["TAILNET"]:
+            continue
         s = socket.socket()
         s.settimeout(3)
         try:
