@@ -503,14 +503,14 @@ class WebRuntime(_Strict):
 TAILNET_NETS = (ipaddress.ip_network("100.64.0.0/10"), ipaddress.ip_network("fd7a:115c:a1e0::/48"))
 
 
-def _tailnet_address(v: str) -> str:
+def _in_tailnet(v: str) -> bool:
     try:
-        ip = ipaddress.ip_address(v)
+        return any(ipaddress.ip_address(v) in n for n in TAILNET_NETS)
     except ValueError:
-        raise ValueError(f"{_shown(v)} is not an IP address") from None
-    if not any(ip in n for n in TAILNET_NETS):
-        raise ValueError(f"{v} is not a tailnet address (100.64.0.0/10 or fd7a:115c:a1e0::/48)")
-    return str(ip)
+        return False
+
+
+TailnetAddress = _checked("a tailnet address (an IP address in 100.64.0.0/10 or fd7a:115c:a1e0::/48)", _in_tailnet)
 
 
 class WebTailnet(_Strict):
@@ -518,7 +518,7 @@ class WebTailnet(_Strict):
     a baseline of what was published before, a marker) and its own rollback (remove the section:
     the port goes back to loopback only, verified closed on the tailnet address)."""
 
-    address: Annotated[str, AfterValidator(_tailnet_address)]
+    address: TailnetAddress
     change_id: ChangeId
     #: the interface that carries the address (tailscaled's)
     interface: HostName = "tailscale0"

@@ -239,7 +239,8 @@ def test_the_check_names_what_it_refuses(old, new, needle):
 
 def test_a_tailnet_address_outside_the_tailnet_ranges_is_refused():
     [p] = problems(web_raw(tailnet={"address": "10.0.0.5", "change_id": "t1"}))
-    assert p == "gpu-fleet:web.tailnet.address: 10.0.0.5 is not a tailnet address (100.64.0.0/10 or fd7a:115c:a1e0::/48)", p
+    assert p == ("gpu-fleet:web.tailnet.address: '10.0.0.5' is not a tailnet address (an IP address in "
+                 "100.64.0.0/10 or fd7a:115c:a1e0::/48)"), p
     [p] = problems(web_raw(tailnet={"address": "100.64.0.11"}))
     assert p == "gpu-fleet:web.tailnet.change_id: required field is missing", p
 
