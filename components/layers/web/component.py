@@ -86,7 +86,10 @@ class Web(pulumi.ComponentResource):
         n = ctl.name
         after = lambda *deps: pulumi.ResourceOptions(parent=self, depends_on=[*deps])  # noqa: E731
 
-        packages = PackageSet(f"{n}-web-packages", conn=conn, packages=dict(w.packages), hold=True, opts=after())
+        # after accounting's packages (nftables): what this set records as added, and purges on
+        # rollback, is then podman's own closure, never a library another layer installed with it
+        packages = PackageSet(f"{n}-web-packages", conn=conn, packages=dict(w.packages), hold=True,
+                              opts=after(*inputs.after))
         engine = [File(f"{n}-web-containers-conf", conn=conn, path=CONTAINERS_CONF,
                        content=render_containers_conf(cfg), opts=after(packages))]
         if w.runtime.insecure_registries:
