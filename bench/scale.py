@@ -27,11 +27,12 @@ need the same per-kind outputs written by hand, and a fake ssh would need a host
 for every probe script. The outputs lack what only a real host adds (the packages an install
 pulled in, a unit's properties), so the state figures are a lower bound.
 
-SIDE CONFIG. The language host hands the program the whole stack config in one environment
+NODES FILE. The language host hands the program the whole stack config in one environment
 variable (PULUMI_CONFIG), and Linux refuses an exec with one string over 128 KiB: from about
-660 nodes of this shape the program does not start ("fork/exec .venv/bin/python: argument list
-too long"). Above the limit (--side-config auto) the temp copy's program reads
-`gpu-fleet:nodes` from a side file instead; nothing else changes.
+660 nodes of this shape an inline node list does not start the program ("fork/exec
+.venv/bin/python: argument list too long"). Above the limit (--nodes-file auto) the stack
+names its node list in `gpu-fleet:nodes_file` (stacks/nodes.<stack>.yaml), as a user's large
+stack does; the config stays a few KB.
 
 LEVERS (--lever, --env, --parallel): changes tried in the temp copy only, to measure what a
 code change would buy (LEVERS below; the results are in bench/README.md).
@@ -210,17 +211,6 @@ FAKE_HOSTS = '''
 import os as _os
 if _os.environ.get("GPU_FLEET_BENCH_FAKE_HOSTS") == "1":
     from . import _bench_fake_hosts  # noqa: F401
-# bench/scale.py: config keys too large for the language host's PULUMI_CONFIG (see SIDE_CONFIG)
-if _os.environ.get("GPU_FLEET_BENCH_SIDE_CONFIG"):
-    import json as _json
-    import pulumi.runtime.config as _config
-    _engine_config = _config.get_config_env
-
-    def _with_side_config():
-        with open(_os.environ["GPU_FLEET_BENCH_SIDE_CONFIG"]) as f:
-            return {**_engine_config(), **_json.load(f)}
-
-    _config.get_config_env = _with_side_config
 '''
 
 #: Linux's limit on one environment string (MAX_ARG_STRLEN, 32 pages): the language host hands
@@ -337,7 +327,7 @@ _st.asyncio = _A()
 
 
 def project(tmp: Path, stack: str, n: int, profile: bool, levers: list[str],
-            side_config: bool) -> PulumiProject:
+            nodes_file: bool) -> PulumiProject:
     proj = PulumiProject.copy_of(tmp, [ROOT / "Pulumi.yaml", ROOT / "__main__.py", ROOT / "components",
                                        ROOT / "policies"])
     init = proj.dir / "components" / "__init__.py"
@@ -349,13 +339,11 @@ def project(tmp: Path, stack: str, n: int, profile: bool, levers: list[str],
     # File(by_hash=True)'s rendered texts: in the temp dir, not the user's cache
     proj.env["GPU_FLEET_STORE_DIR"] = str(tmp / "store")
     cfg = fleet(n)
-    if side_config:
-        # SIDE CONFIG: the nodes list in a file the copy's program merges into its config (the
-        # engine never sees it; nothing else about the program changes)
-        side = tmp / "side-config.json"
-        side.write_text(json.dumps({"gpu-fleet:nodes": json.dumps(cfg.pop("gpu-fleet:nodes"))}))
-        cfg["gpu-fleet:nodes"] = []
-        proj.env["GPU_FLEET_BENCH_SIDE_CONFIG"] = str(side)
+    if nodes_file:
+        # NODES FILE: the node list in the file the stack names (gpu-fleet:nodes_file)
+        (proj.dir / "stacks" / f"nodes.{stack}.yaml").write_text(
+            yaml.safe_dump({"nodes": cfg.pop("gpu-fleet:nodes")}, sort_keys=False, width=200))
+        cfg["gpu-fleet:nodes_file"] = f"stacks/nodes.{stack}.yaml"
     proj.write_stack(stack, yaml.safe_dump({"config": cfg}, sort_keys=False, width=200))
     if profile:
         hook = tmp / "hook"
@@ -410,9 +398,9 @@ def bench(n: int, args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix=f"scale{n}-") as d:
         tmp = Path(d)
         env_bytes = config_env_bytes(fleet(n))
-        side = env_bytes > MAX_ARG_STRLEN if args.side_config == "auto" else args.side_config == "always"
+        side = env_bytes > MAX_ARG_STRLEN if args.nodes_file == "auto" else args.nodes_file == "always"
         print(f"  {n} nodes: stack config as PULUMI_CONFIG {env_bytes / 1024:.0f} KiB (limit "
-              f"{MAX_ARG_STRLEN // 1024} KiB){'; gpu-fleet:nodes read from a side file' if side else ''}",
+              f"{MAX_ARG_STRLEN // 1024} KiB){'; the node list in gpu-fleet:nodes_file' if side else ''}",
               flush=True)
         proj = project(tmp, stack, n, args.profile, args.lever, side)
         proj.env.update(args.env)
@@ -425,7 +413,7 @@ def bench(n: int, args: argparse.Namespace) -> dict:
             return timed(proj, *argv, "--stack", stack, *opts, *prof, timeout=args.timeout)
 
         r: dict = {"nodes": n, "levers": args.lever, "env": args.env, "config_env_bytes": env_bytes,
-                   "side_config": side}
+                   "nodes_file": side}
         try:
             wall, roles, done = cli("preview", "preview")
         except AssertionError as e:  # a timeout: the row says so
@@ -489,8 +477,8 @@ def main() -> None:
     ap.add_argument("--profile-dir", type=Path, help="with --profile: keep the profiles here")
     ap.add_argument("--checkpointed-build", action="store_true",
                     help="write the state as a real first `up` does, a checkpoint after every step (slow)")
-    ap.add_argument("--side-config", choices=("auto", "always", "never"), default="auto",
-                    help="gpu-fleet:nodes from a side file (auto: when PULUMI_CONFIG would pass the limit)")
+    ap.add_argument("--nodes-file", choices=("auto", "always", "never"), default="auto",
+                    help="the node list in gpu-fleet:nodes_file (auto: when PULUMI_CONFIG would pass the limit)")
     ap.add_argument("--no-up", action="store_true", help="preview only")
     ap.add_argument("--keep-state", type=Path, help="write each stack's exported state here")
     ap.add_argument("--timeout", type=int, default=900, help="per CLI command, seconds")

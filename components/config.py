@@ -17,15 +17,17 @@ character, and a strict pattern saying what is allowed).
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
+import hashlib
 import ipaddress
 import json
 import re
 from typing import Annotated, Any, Callable, Literal, Optional, Union
 
 from pydantic import (
-    AfterValidator, BaseModel, ConfigDict, Field, IPvAnyNetwork, ValidationError, field_validator,
+    AfterValidator, BaseModel, ConfigDict, Field, IPvAnyNetwork, PrivateAttr, TypeAdapter, ValidationError,
+    field_validator,
 )
 
 from .errors import ConfigError
@@ -566,7 +568,14 @@ class FleetConfig(_Strict):
 
     ssh: SshSpec = SshSpec()
     hosts: Hosts
+    #: the node list, inline or (`gpu-fleet:nodes_file`) read from a file of its own
     nodes: list[NodeSpec] = Field(min_length=1)
+    #: (path, SHA-256) of the nodes file the list came from, if it did
+    _nodes_file: Optional[tuple[str, str]] = PrivateAttr(default=None)
+
+    @property
+    def nodes_file(self) -> Optional[tuple[str, str]]:
+        return self._nodes_file
     storage: StorageLayer = StorageLayer()
     gpu_runtime: GpuRuntimeLayer = GpuRuntimeLayer()
     slurm: SlurmLayer = SlurmLayer()
@@ -841,13 +850,45 @@ def _decode(value: Any) -> Any:
     return value
 
 
-def parse_fleet_config(raw: dict[str, Any], source: str) -> FleetConfig:
+#: The language host hands the program the whole stack config as one environment string
+#: (PULUMI_CONFIG), which Linux caps at 128 KiB (MAX_ARG_STRLEN): about 660 nodes inline. A large
+#: fleet's node list goes in a file the stack names, `gpu-fleet:nodes_file: stacks/nodes.big.yaml`
+#: (a mapping with one key, `nodes`, the same list), validated by the same model.
+NODES_FILE = "nodes_file"
+
+
+def _read_nodes_file(value: Any, root: Path) -> tuple[Optional[list], Optional[str], Optional[str]]:
+    """(nodes, SHA-256 of the file, None) or (None, None, what is wrong)."""
+    import yaml
+
+    try:
+        rel = TypeAdapter(LocalPath).validate_python(value)
+    except ValidationError as e:
+        return None, None, e.errors()[0]["msg"].removeprefix("Value error, ")
+    path = Path(rel).expanduser()
+    path = path if path.is_absolute() else root / path
+    try:
+        blob = path.read_bytes()
+    except OSError as e:
+        return None, None, f"cannot read {rel}: {e.strerror}"
+    try:
+        doc = yaml.safe_load(blob)
+    except yaml.YAMLError as e:
+        return None, None, f"{rel} is not YAML: {str(e).splitlines()[0]}"
+    if not isinstance(doc, dict) or set(doc) != {"nodes"} or not isinstance(doc["nodes"], list):
+        return None, None, f"{rel} must hold one key, `nodes`, with the list of nodes"
+    return doc["nodes"], hashlib.sha256(blob).hexdigest(), None
+
+
+def parse_fleet_config(raw: dict[str, Any], source: str, root: Optional[Path] = None) -> FleetConfig:
     """Validate raw `gpu-fleet:*` config values; raise ConfigError listing every problem.
 
     `raw` maps keys with or without the `gpu-fleet:` prefix to values (decoded
     or JSON text); keys of other namespaces are ignored. `source` names the
     stack file in messages. A section for a layer in NOT_BUILT is one more
-    problem, listed with the others.
+    problem, listed with the others. A `nodes_file` is read relative to `root`
+    (the project root: the program's working directory), and a problem in one
+    of its entries names the file, the entry and the field.
     """
     data: dict[str, Any] = {}
     problems: list[str] = []
@@ -863,20 +904,45 @@ def parse_fleet_config(raw: dict[str, Any], source: str) -> FleetConfig:
                             "section (it would do nothing)")
             continue
         data[name] = _decode(value)
+    from_file = None
+    if NODES_FILE in data:
+        rel = data.pop(NODES_FILE)
+        if "nodes" in data:
+            problems.append(f"{PROJECT}:{NODES_FILE}: set together with {PROJECT}:nodes; keep the node list "
+                            "in one place")
+        else:
+            nodes, sha, why = _read_nodes_file(rel, root or Path.cwd())
+            if why:
+                problems.append(f"{PROJECT}:{NODES_FILE}: {why}")
+            else:
+                data["nodes"], from_file = nodes, (rel, sha)
+
+    def located(ps: list[str]) -> list[str]:
+        """A node's problem, when the list came from a file, names that file."""
+        if not from_file:
+            return ps
+        inline = f"{PROJECT}:nodes"
+        return [f"{PROJECT}:{NODES_FILE} {from_file[0]}: nodes{p[len(inline):]}"
+                if p.startswith((inline + "[", inline + ":")) else p for p in ps]
+
     try:
         cfg = FleetConfig.model_validate(data)
     except ValidationError as e:
         for err in e.errors():
+            if err["type"] == "missing" and tuple(err["loc"]) == ("nodes",) and any(
+                    p.startswith(f"{PROJECT}:{NODES_FILE}:") for p in problems):
+                continue  # the nodes file's own problem says why
             msg = err["msg"].removeprefix("Value error, ")
             if err["type"] == "extra_forbidden":
                 msg = "unknown field"
             elif err["type"] == "missing":
                 msg = "required field is missing"
             problems.append(f"{_format_loc(tuple(err['loc']), data)}: {msg}")
-        raise ConfigError(source, problems) from None
+        raise ConfigError(source, located(problems)) from None
+    cfg._nodes_file = from_file
     problems += _cross_check(cfg)
     if problems:
-        raise ConfigError(source, problems)
+        raise ConfigError(source, located(problems))
     return cfg
 
 

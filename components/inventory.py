@@ -59,6 +59,8 @@ def fleet_summary(cfg: FleetConfig) -> dict:
         "slurm_gpus": sum(n.gpus.count for n in slurm if n.gpus),
         "pending_nodes": [n.name for n in cfg.nodes if n.owner == "unreachable"],
         "canary_nodes": [n.name for n in cfg.canary_nodes()],
+        # a preview shows a changed node file as a changed output, whatever else changes
+        **({"nodes_file": {"path": cfg.nodes_file[0], "sha256": cfg.nodes_file[1]}} if cfg.nodes_file else {}),
     }
 
 

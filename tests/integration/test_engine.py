@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 
@@ -118,3 +119,27 @@ def test_cross_field_error_fails_preview(project):
     text = failed_preview(project, "dup", mutate)
     assert "stacks/Pulumi.dup.yaml: gpu-fleet:nodes[5] (gpu05).name: duplicate host name 'gpu05'" in text
     assert "node 'gpu15' is unreachable and stays pending" in text
+
+
+def test_a_nodes_file_stack_previews_as_the_inline_one_and_names_the_file_in_errors(project):
+    """`gpu-fleet:nodes_file` (issue 16): the program reads the list from the project root under
+    the real engine; the summary carries the file's SHA-256; a bad entry names the file."""
+    cfg = fleet14()
+    nodes = cfg.pop("gpu-fleet:nodes")
+    (project.dir / "stacks" / "nodes.filed.yaml").write_text(yaml.safe_dump({"nodes": nodes}))
+    cfg["gpu-fleet:nodes_file"] = "stacks/nodes.filed.yaml"
+    project.write_stack("filed", yaml.safe_dump({"config": cfg}))
+    project.init_stack("filed")
+    text = project.run("preview", "--stack", "filed", "--diff").stdout
+    assert re.search(r"slurm_gpus\s*:\s*112", text), text
+    sha = hashlib.sha256((project.dir / "stacks" / "nodes.filed.yaml").read_bytes()).hexdigest()
+    assert sha in text, text
+
+    def mutate(c):
+        c.pop("gpu-fleet:nodes")
+        c["gpu-fleet:nodes_file"] = "stacks/nodes.filed.yaml"
+    nodes[2]["gpus"]["count"] = 0
+    (project.dir / "stacks" / "nodes.filed.yaml").write_text(yaml.safe_dump({"nodes": nodes}))
+    text = failed_preview(project, "filed2", mutate)
+    assert ("stacks/Pulumi.filed2.yaml: gpu-fleet:nodes_file stacks/nodes.filed.yaml: nodes[2] (gpu03).gpus.count: "
+            "a GPU node needs") in text, text
