@@ -283,3 +283,30 @@ def test_db_user_refuses_an_unexpected_hash(stubs):
     res = stubs.run(sh(accounting._DB_USER, "db", "u"), stdin="pw\n")
     assert res.returncode != 0 and "unexpected password hash" in res.stderr
     assert len(stubs.calls("mariadb")) == 1
+
+
+# ---- the Slurm layer's release of nodes a new slurm.conf drops ---------------------------------
+
+RELEASE = slurm_component._RELEASE
+SHOW_NODES = (
+    "NodeName=node1 Arch=x86_64 State=IDLE Reason=(null)\n"
+    "NodeName=node2 Arch=x86_64 State=IDLE+DRAIN Reason=gpu-fleet: leaving the cluster [root@2026-12-01T19:00:00]\n"
+    "NodeName=node3 Arch=x86_64 State=IDLE+DRAIN Reason=bad disk [admin@2026-12-01T19:00:00]\n")
+
+
+@pytest.mark.parametrize("conf_nodes, drained, resumed", [
+    (["node1", "node2", "node3"], [], ["node2"]),   # back in the conf: our drain undone, the admin's kept
+    (["node1", "node3"], ["node2"], []),            # still leaving: drained (again), nothing resumed
+])
+def test_the_release_drains_what_leaves_and_resumes_only_its_own_drain(tmp_path, conf_nodes, drained, resumed):
+    stubs = Stubs(tmp_path)
+    (tmp_path / "show").write_text(SHOW_NODES)
+    stubs.add("scontrol", f'[ "$1 $2" = "show nodes" ] && cat {tmp_path / "show"}; exit 0')
+    stubs.add("squeue", "exit 0")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("".join(f"NodeName={n} NodeAddr=10.0.0.1 CPUs=2\n" for n in conf_nodes))
+    p = stubs.run(["bash", "-c", RELEASE, "bash", conf, "5"])
+    assert p.returncode == 0, p.stderr
+    updates = [c for c in stubs.calls("scontrol") if " update " in f" {c} "]
+    assert updates == [f"scontrol update NodeName={n} State=DRAIN Reason=gpu-fleet: leaving the cluster"
+                       for n in drained] + [f"scontrol update NodeName={n} State=RESUME" for n in resumed], updates

@@ -2,15 +2,25 @@
 # Before slurmctld takes a slurm.conf without some nodes it serves now (a K3s node handed back, a
 # node taken out of every partition): drain those nodes and wait until no job runs on them, so
 # Slurm releases a node before anything else comes back on it. Nothing to do on a first install
-# (slurmctld not answering). $1 the new slurm.conf, $2 how long to wait for jobs (seconds).
+# (slurmctld not answering). A node this step drained that the new slurm.conf keeps (a run that
+# released it and then stopped before slurmctld took its config) is resumed: the drain was ours.
+# $1 the new slurm.conf, $2 how long to wait for jobs (seconds).
 set -euo pipefail
 conf="$1"; wait_s="$2"
-known=$(timeout 20 scontrol show nodes -o 2>/dev/null | sed -n 's/^NodeName=\([^ ]*\).*/\1/p') || exit 0
+reason="gpu-fleet: leaving the cluster"
+nodes=$(timeout 20 scontrol show nodes -o 2>/dev/null) || exit 0
+known=$(printf '%s\n' "$nodes" | sed -n 's/^NodeName=\([^ ]*\).*/\1/p')
 keep=$(sed -n 's/^NodeName=\([^ ]*\).*/\1/p' "$conf")
 for n in $known; do
-  if printf '%s\n' "$keep" | grep -qxF -- "$n"; then continue; fi
+  if printf '%s\n' "$keep" | grep -qxF -- "$n"; then
+    if printf '%s\n' "$nodes" | grep "^NodeName=$n " | grep -qF "Reason=$reason"; then
+      echo "resuming $n (back in the new slurm.conf; drained by an earlier release)"
+      scontrol update NodeName="$n" State=RESUME
+    fi
+    continue
+  fi
   echo "draining $n (not in the new slurm.conf)"
-  scontrol update NodeName="$n" State=DRAIN Reason="gpu-fleet: leaving the cluster"
+  scontrol update NodeName="$n" State=DRAIN Reason="$reason"
   end=$((SECONDS + wait_s))
   while [ -n "$(squeue -h -w "$n" -o %i 2>/dev/null)" ]; do
     if [ "$SECONDS" -ge "$end" ]; then
