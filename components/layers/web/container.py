@@ -139,8 +139,10 @@ class WebNetworkProvider(WebProvider):
 
     @_entry
     def delete(self, _id: str, props: Props) -> None:
-        if props.get("created"):
-            _c(props["conn"]).run(["podman", "network", "rm", "--force", props["name"]], mutating=True, check=False)
+        if props.get("created"):  # not --force: a container someone else attached stops the rollback, named
+            conn = _c(props["conn"])
+            if _network_probe(conn, props["name"]) is not None:
+                conn.run(["podman", "network", "rm", props["name"]], mutating=True)
 
 
 class WebNetwork(Resource, module="web", name="Network"):
