@@ -51,21 +51,9 @@ def output(proj: PulumiProject, name: str):
     return json.loads(proj.run("stack", "output", name, "--json", "--show-secrets", "--stack", "lab").stdout)
 
 
-def fresh_hosts(names: list[str]) -> None:
-    """Re-image the hosts an earlier module left changed (the 24.11 cluster test leaves Slurm 24.11
-    installed), and close this machine's SSH masters to their old incarnations."""
-    from components.transport import SshTarget
-    from components.transport.ssh import ssh_argv
-
-    for name in names:
-        lab_command("reimage", name, timeout=300)
-        argv = ssh_argv(SshTarget.from_dict(lab_conn(name)))
-        subprocess.run([*argv[:-1], "-O", "exit", argv[-1]], capture_output=True, timeout=30)
-
-
 @pytest.fixture(scope="module")
 def web(lab, tmp_path_factory):
-    fresh_hosts(["ctl", *NODES])
+    # (named test_ui_web: it runs before test_v2411_cluster_id, which leaves Slurm 24.11 installed)
     lab_command("web-images", timeout=600)
     images = json.loads((ROOT / ".state" / "lab" / "web-images.json").read_text())
     tmp = tmp_path_factory.mktemp("web")
