@@ -17,12 +17,19 @@ NO_CAPS = "0000000000000000"
 
 
 def _kv(text: str) -> dict[str, str]:
+    """`key value...` or `Key:<tab>value...` lines (limits, /proc status) -> key: the values."""
     out = {}
     for line in text.splitlines():
-        k, _, v = line.partition(" ")
-        if k:
-            out[k.rstrip(":")] = v.strip()
+        if line.strip():
+            k, *v = line.split(None, 1)
+            out[k.rstrip(":")] = v[0].strip() if v else ""
     return out
+
+
+def _first(fields: dict[str, str], key: str) -> Optional[str]:
+    """The first of a key's values (a /proc status line has four uids), or None."""
+    values = fields.get(key, "").split()
+    return values[0] if values else None
 
 
 def _limit(v: Optional[str]) -> Optional[int]:
@@ -42,9 +49,7 @@ def parse_readback(stdout: str) -> dict[str, Any]:
         return {**obs, "exists": False, "running": False}
     [c] = json.loads(sec["inspect"])
     hc, cfg, st = c.get("HostConfig") or {}, c.get("Config") or {}, c.get("State") or {}
-    status = {k: v.split("\t")[0].split() for k, v in
-              ((line.split(":", 1)[0], line.split(":", 1)[1].strip())
-               for line in (sec.get("status") or "").splitlines() if ":" in line)}
+    status = _kv(sec.get("status") or "")
     lim = _kv(sec.get("limits") or "")
     cpu = (lim.get("cpu") or "").split()
     quota, period = (None, None)
@@ -58,16 +63,15 @@ def parse_readback(stdout: str) -> dict[str, Any]:
                           "container_port": int(cport.split("/")[0])})
     mounts = sorted(({"source": m.get("Source"), "target": m.get("Destination"), "ro": not m.get("RW", True)}
                      for m in c.get("Mounts") or []), key=lambda m: m["target"])
-    uid = status.get("Uid", [None])[0]
-    gid = status.get("Gid", [None])[0]
+    uid, gid = _first(status, "Uid"), _first(status, "Gid")
     return {
         **obs, "exists": True, "running": bool(st.get("Running")), "pid": st.get("Pid"),
         "image_digest": c.get("ImageDigest"), "image_id": c.get("Image"),
         "config_user": cfg.get("User"),
         "user": f"{uid}:{gid}" if uid is not None else None,
         "read_only": bool(hc.get("ReadonlyRootfs")),
-        "cap_eff": (status.get("CapEff") or [None])[0], "cap_bnd": (status.get("CapBnd") or [None])[0],
-        "no_new_privs": int((status.get("NoNewPrivs") or ["-1"])[0]),
+        "cap_eff": _first(status, "CapEff"), "cap_bnd": _first(status, "CapBnd"),
+        "no_new_privs": int(_first(status, "NoNewPrivs") or "-1"),
         "security_opt": sorted(hc.get("SecurityOpt") or []),
         "memory_limit_bytes": _limit(lim.get("memory")), "pids_max": _limit(lim.get("pids")),
         "cpu_quota_us": quota, "cpu_period_us": period,

@@ -12,6 +12,7 @@ on the tailnet address and still open on loopback; the marker goes, the baseline
 
 from __future__ import annotations
 
+import json
 from typing import Any, Optional
 
 import pulumi
@@ -53,7 +54,6 @@ class TailnetBaselineProvider(RolloutCheck):
         return f"web-tailnet-baseline:{props['change_id']}"
 
     def run(self, props: Props) -> dict[str, Any]:
-        import json
         return {"baseline": json.loads(_run(props, "baseline", True).strip().splitlines()[-1])}
 
 
