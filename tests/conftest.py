@@ -66,3 +66,32 @@ def _rendered_store(tmp_path_factory):
     if "GPU_FLEET_STORE_DIR" not in os.environ:
         os.environ["GPU_FLEET_STORE_DIR"] = str(tmp_path_factory.mktemp("rendered-store"))
     yield
+
+
+# ---- where the suite's time goes: wall seconds per test module, printed at the end ----------
+_MODULE_SECONDS: dict[str, float] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Setup, call and teardown of each test, summed per module (module fixtures included)."""
+    import time
+
+    start = time.monotonic()
+    yield
+    path = item.nodeid.split("::", 1)[0]
+    _MODULE_SECONDS[path] = _MODULE_SECONDS.get(path, 0.0) + time.monotonic() - start
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _MODULE_SECONDS:
+        return
+    total = sum(_MODULE_SECONDS.values())
+    terminalreporter.section("wall time per test module (the slowest 25)")
+    for path, secs in sorted(_MODULE_SECONDS.items(), key=lambda kv: -kv[1])[:25]:
+        terminalreporter.write_line(f"{secs:8.1f} s  {100 * secs / total:5.1f} %  {path}")
+    by_dir: dict[str, float] = {}
+    for path, secs in _MODULE_SECONDS.items():
+        top = "/".join(path.split("/")[:2])
+        by_dir[top] = by_dir.get(top, 0.0) + secs
+    terminalreporter.write_line("  ".join(f"{d}: {s:.0f} s" for d, s in sorted(by_dir.items())))

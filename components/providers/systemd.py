@@ -38,19 +38,30 @@ def unit_paths(props: Props) -> dict[str, str]:
 
 
 def parse_unit_probe(stdout: str) -> Observed:
+    """Sections: `file` lines, `== show` (systemctl show), and for an active mount unit
+    `== reach`: `ok`, or what reading the mounted root answered (a stale handle, a timeout)."""
     files: dict[str, Optional[str]] = {}
     show: dict[str, str] = {}
-    in_show = False
+    reach: Optional[str] = None
+    section = ""
     for line in stdout.splitlines():
-        if line == "== show":
-            in_show = True
-        elif in_show and "=" in line:
+        if line.startswith("== "):
+            section = line[3:]
+        elif section == "show" and "=" in line:
             k, _, v = line.partition("=")
             show[k] = v
-        elif line.startswith("file "):
+        elif section == "reach" and line.strip():
+            reach = line.strip() if reach is None else f"{reach}; {line.strip()}"
+        elif not section and line.startswith("file "):
             _, path, sha = line.split(" ", 2)
             files[path] = None if sha == "absent" else sha
-    return {"files": files, "show": show}
+    return {"files": files, "show": show, "reach": reach}
+
+
+def unreachable(obs: Observed) -> Optional[str]:
+    """What an active mount unit's root answered when it is not `ok`; None otherwise."""
+    reach = obs.get("reach")
+    return None if reach in (None, "ok") else reach
 
 
 class SystemdUnitProvider(HostPrimitive):
@@ -81,7 +92,8 @@ class SystemdUnitProvider(HostPrimitive):
         return {
             "files": {p: obs["files"].get(p) for p in unit_paths(props)},
             "enabled": show.get("UnitFileState") in ("enabled", "enabled-runtime"),
-            "active": show.get("ActiveState") in ("active", "activating", "reloading"),
+            # a mount whose root answers an error is not serving: not the active state wanted
+            "active": show.get("ActiveState") in ("active", "activating", "reloading") and not unreachable(obs),
             "live": {k: show.get(k) for k in sorted(props.get("properties") or {})},
         }
 
@@ -106,7 +118,11 @@ class SystemdUnitProvider(HostPrimitive):
             steps.append(Step(["systemctl", "enable", name], f"enable {name}"))
         elif not want["enabled"] and st["enabled"]:
             steps.append(Step(["systemctl", "disable", name], f"disable {name}"))
-        if want["active"] and not st["active"]:
+        stale = unreachable(obs)
+        if want["active"] and stale:
+            # systemd calls it active, so `start` would do nothing: mount it again
+            steps.append(Step(["systemctl", "restart", name], f"mount {name} again: its root answers {stale!r}"))
+        elif want["active"] and not st["active"]:
             steps.append(Step(["systemctl", "start", name], f"start {name}"))
         elif want["active"] and changed:
             steps.append(Step(["systemctl", "restart", name], f"restart {name} on new unit files"))

@@ -186,6 +186,27 @@ def test_unit_live_property_mismatch_is_not_in_sync():
     assert steps and "Delegate=no (want yes)" in steps[0].why
 
 
+MOUNT = {"conn": CONN, "name": "mnt-data.mount", "content": "[Mount]\nWhat=s:/data\nWhere=/mnt/data\n",
+         "enabled": True, "active": True}
+
+
+def mount_obs(reach: str):
+    from components.providers.file import sha256_text as sha
+    return parse_unit_probe("\n".join([
+        f"file /etc/systemd/system/mnt-data.mount {sha(MOUNT['content'])}", "== show", "LoadState=loaded",
+        "ActiveState=active", "UnitFileState=enabled", "NeedDaemonReload=no", "== reach", reach]))
+
+
+def test_an_active_mount_whose_root_is_stale_is_mounted_again():
+    p = SystemdUnitProvider()
+    assert p.plan(MOUNT, mount_obs("ok"), {}) == []
+    stale = mount_obs("stat: cannot statx '/mnt/data/.': Stale file handle")
+    assert p.state(MOUNT, stale)["active"] is False  # refresh records it as drift
+    steps = p.plan(MOUNT, stale, {})
+    assert [list(s.argv) for s in steps] == [["systemctl", "restart", "mnt-data.mount"]]
+    assert "Stale file handle" in steps[0].why
+
+
 def test_unit_delete_restores_previous_state():
     p = SystemdUnitProvider()
     steps = p.plan_delete({**UNIT, "was_enabled": False, "was_active": False}, unit_obs())

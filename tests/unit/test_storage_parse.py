@@ -177,6 +177,15 @@ def test_parse_findmnt():
     assert m.options[:2] == ("rw", "relatime")
 
 
+def test_a_mount_made_again_under_a_reused_id_is_another_mount():
+    """The kernel reuses the lowest free mount ID: a store unmounted and mounted again can get
+    the same ID and a new device, and ganesha's handles (which carry the device) go stale."""
+    line = 'TARGET="/srv/ai/data" SOURCE="ai/data" FSTYPE="fuse.zfs" OPTIONS="rw" ID="412" MAJ:MIN="0:{}"\n'
+    before, after = (parse_findmnt(line.format(m))[0] for m in (52, 57))
+    assert before.mount_id == "412 0:52"
+    assert before.mount_id != after.mount_id
+
+
 def test_parse_findmnt_escapes_and_errors():
     # findmnt -P writes " \ ` $ and unprintable bytes as \xNN; blanks stay as they are
     text = ('findmnt: /srv/ai/nothing: not found\n'

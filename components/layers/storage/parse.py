@@ -111,7 +111,9 @@ class Mount:
     source: str
     fstype: str
     options: tuple[str, ...]
-    #: findmnt's ID: new for every mount, so a store mounted again shows as another mount
+    #: findmnt's ID and MAJ:MIN ("412 0:52"). The kernel hands out the lowest free ID again, so
+    #: the ID alone can repeat across an unmount and a mount; the device is what ganesha's
+    #: handles carry. A store mounted again shows as another mount when either moves.
     mount_id: str = ""
 
 
@@ -126,15 +128,15 @@ def _unhex(value: str) -> str:
 
 
 def parse_findmnt(text: str) -> list[Mount]:
-    """`findmnt -n -P -o TARGET,SOURCE,FSTYPE,OPTIONS[,ID]` (KEY="value" pairs, one mount a line)."""
+    """`findmnt -n -P -o TARGET,SOURCE,FSTYPE,OPTIONS[,ID,MAJ:MIN]` (KEY="value" pairs, one mount a line)."""
     out = []
     for line in text.splitlines():
         pairs = {k: _unhex(v) for k, v in _PAIR.findall(line)}
         if "TARGET" not in pairs:
             continue  # an error line ("findmnt: ...") or nothing
         opts = tuple(o for o in pairs.get("OPTIONS", "").split(",") if o)
-        out.append(Mount(pairs["TARGET"], pairs.get("SOURCE", ""), pairs.get("FSTYPE", ""), opts,
-                         pairs.get("ID", "")))
+        ident = " ".join(v for v in (pairs.get("ID"), pairs.get("MAJ:MIN")) if v)
+        out.append(Mount(pairs["TARGET"], pairs.get("SOURCE", ""), pairs.get("FSTYPE", ""), opts, ident))
     return out
 
 

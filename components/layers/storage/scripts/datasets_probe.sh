@@ -15,7 +15,7 @@ while [ "$#" -gt 0 ] && [ "$1" != --dirs ]; do
   ds="$1"; mp="$2"; shift 2
   names="$names $ds"
   echo "== mount $ds"
-  findmnt -n -P -o TARGET,SOURCE,FSTYPE,OPTIONS,ID -T "$mp" 2>&1
+  findmnt -n -P -o TARGET,SOURCE,FSTYPE,OPTIONS,ID,MAJ:MIN -T "$mp" 2>&1
   echo "== marker $ds"
   cat -- "$mp/.gpu-fleet-store" 2>/dev/null
 done
