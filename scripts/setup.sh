@@ -228,7 +228,10 @@ VENV_PY='"${PULUMI_RUNTIME_VIRTUALENV:+$PULUMI_RUNTIME_VIRTUALENV/bin/}python3"'
 # The adapter starts the host with exactly these flags and the CLI's arguments.
 write_shim pulumi-language-python "venv=\$(sed -n 's/^[[:space:]]*virtualenv:[[:space:]]*//p' Pulumi.yaml 2>/dev/null | head -n1)
 exec '$ADAPTER' -host='$HOST_DIR/pulumi-language-python' -use-executor='$EXEC' \${venv:+\"-virtualenv=\$venv\"} \"\$@\""
-write_shim pulumi-resource-pulumi-python "exec $VENV_PY -u -m pulumi.dynamic \"\$@\""
+# The dynamic provider: components/provider_host.py (the SDK's server with more workers) in
+# a project that has it (the engine starts plugins in the project directory).
+write_shim pulumi-resource-pulumi-python "if [ -f components/provider_host.py ]; then exec $VENV_PY -u -m components.provider_host \"\$@\"; fi
+exec $VENV_PY -u -m pulumi.dynamic \"\$@\""
 write_shim pulumi-analyzer-policy-python "exec $VENV_PY -u -m pulumi.policy \"\$@\""
 
 # --- 5. the lab's K3s parts: wait for the background build ----------------------

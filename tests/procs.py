@@ -24,8 +24,10 @@ def processes() -> dict[int, tuple[int, str]]:
 
 
 def providers_of(pid: int) -> list[int]:
-    """A run's dynamic provider processes (`python -u -m pulumi.dynamic`, children of pulumi)."""
-    return [p for p, (ppid, cmd) in processes().items() if ppid == pid and "pulumi.dynamic" in cmd]
+    """A run's dynamic provider processes (`python -u -m components.provider_host`, or the SDK's
+    `-m pulumi.dynamic` in a project without it; children of pulumi)."""
+    return [p for p, (ppid, cmd) in processes().items()
+            if ppid == pid and ("pulumi.dynamic" in cmd or "components.provider_host" in cmd)]
 
 
 def wait_for(pred, timeout: float, what: str, step: float = 0.1) -> float:

@@ -41,6 +41,7 @@ from ..errors import FleetError
 from . import readable
 from ..transport import Connection, SshTarget, connection
 from ..transport.command import Piece, display
+from ..transport.ssh import acting_for
 
 Props = dict[str, Any]
 Observed = dict[str, Any]
@@ -181,11 +182,24 @@ def _entry(fn):
     """Provider entry point: normalized props in; our own errors out with a short traceback."""
     @functools.wraps(fn)
     def wrapper(self, *args):
+        args = tuple(normalize(a) for a in args)
         try:
-            return fn(self, *(normalize(a) for a in args))
+            with acting_for(_label(self, args)):
+                return fn(self, *args)
         except FleetError as e:
             raise FleetError(str(e)) from None
     return wrapper
+
+
+def _label(provider: ResourceProvider, args: tuple) -> str:
+    """'File /etc/slurm/slurm.conf': what the command log says a command was sent for."""
+    props = next((a for a in reversed(args) if isinstance(a, dict)), {})
+    key = getattr(provider, "key", None)
+    try:
+        what = key(props) if key else ""
+    except Exception:  # noqa: BLE001 - a label only; props a preview has not resolved yet
+        what = ""
+    return f"{kind_of(provider)} {what}".strip()
 
 
 class HostPrimitive(ResourceProvider):
@@ -247,7 +261,7 @@ class HostPrimitive(ResourceProvider):
         return c
 
     def probe(self, conn: Connection, props: Props) -> Observed:
-        res = conn.run(self.probe_argv(props), mutating=False)
+        res = conn.probe(self.probe_argv(props))  # may share a round trip (transport/batch.py)
         return self.parse(props, res.stdout)
 
     def apply(self, props: Props, record: Props) -> Props:

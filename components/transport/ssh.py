@@ -39,9 +39,13 @@ from typing import Callable, Iterable, Optional, Sequence, TypeVar
 
 from ..errors import FleetError
 from . import lifeline
+from .batch import Batcher, batchable
 from .command import Piece, display, mask, secrets_of, shell_join
 
 COMMAND_LOG_ENV = "GPU_FLEET_COMMAND_LOG"
+#: commands at once on one host's connection: sshd refuses sessions past MaxSessions (10 by
+#: default) on one multiplexed connection, and the provider serves up to 32 calls at once
+MAX_SESSIONS = 8
 T = TypeVar("T")
 
 lifeline.install()  # in the engine's provider process: Cancel and the engine's death stop commands
@@ -173,15 +177,35 @@ def ssh_argv(t: SshTarget) -> list[str]:
 
 
 _log_lock = threading.Lock()
+_acting = threading.local()
 
 
-def _log_command(host: str, cmd: str, mutating: bool, rc: Optional[int], seconds: float) -> None:
-    """Append one JSON line per round trip when GPU_FLEET_COMMAND_LOG names a file."""
+@contextlib.contextmanager
+def acting_for(label: str):
+    """Commands this thread sends meanwhile are logged as sent for `label` (a resource)."""
+    before = getattr(_acting, "label", None)
+    _acting.label = label
+    try:
+        yield
+    finally:
+        _acting.label = before
+
+
+def acting_label() -> Optional[str]:
+    return getattr(_acting, "label", None)
+
+
+def _log_command(host: str, cmd: str, mutating: bool, rc: Optional[int], seconds: float,
+                 sent_for: Optional[list] = None) -> None:
+    """Append one JSON line per round trip when GPU_FLEET_COMMAND_LOG names a file; `for`: the
+    resources it was sent for (several for a batch of probes)."""
     path = os.environ.get(COMMAND_LOG_ENV)
     if not path:
         return
+    if sent_for is None:
+        sent_for = [acting_label()] if acting_label() else []
     rec = {"host": host, "cmd": cmd, "mutating": mutating, "rc": rc, "s": round(seconds, 4),
-           "pid": os.getpid(), "t": time.time()}
+           "pid": os.getpid(), "t": time.time(), "for": sent_for}
     with _log_lock, open(path, "a") as f:
         f.write(json.dumps(rec) + "\n")
 
@@ -254,6 +278,8 @@ class Connection:
         self.t = target
         self._connected = False
         self._lock = threading.Lock()
+        self._batcher = Batcher(self)
+        self._sessions = threading.BoundedSemaphore(MAX_SESSIONS)
 
     def _master_alive(self) -> bool:
         """A live control master (local check, no round trip to the host)."""
@@ -307,7 +333,8 @@ class Connection:
 
     def run(self, argv: Sequence[Piece], *, mutating: bool, sudo: bool = True,
             stdin: Optional[bytes] = None, check: bool = True, timeout: int = 600,
-            stdin_secret: bool = False, _connecting: bool = False) -> Result:
+            stdin_secret: bool = False, _connecting: bool = False, _errors: str = "replace",
+            _for: Optional[list] = None) -> Result:
         """Run argv on the host. `mutating` is recorded in the command log; `sudo` adds
         `sudo -n` when the SSH user is not root. A stdin marked secret is masked in output.
         Fails at once on a host remembered unreachable; a mutating command is not started once
@@ -319,6 +346,13 @@ class Connection:
             self._check_files()
             self._refuse_if_remembered(cmd)
         secrets = secrets_of(argv, [stdin.decode(errors="replace")] if (stdin and stdin_secret) else [])
+        with self._sessions:
+            return self._run(argv, cmd, secrets, mutating=mutating, stdin=stdin, check=check, timeout=timeout,
+                             _connecting=_connecting, _errors=_errors, _for=_for)
+
+    def _run(self, argv: Sequence[Piece], cmd: str, secrets: list[str], *, mutating: bool,
+             stdin: Optional[bytes], check: bool, timeout: int, _connecting: bool, _errors: str,
+             _for: Optional[list]) -> Result:
         start = time.monotonic()
         try:
             p = lifeline.spawn([*ssh_argv(self.t), "--", shell_join(argv)], mutating=mutating)
@@ -331,7 +365,7 @@ class Connection:
             lifeline.kill(p, after_s=0)
             p.wait()
             lifeline.done(p)
-            _log_command(self.t.name, cmd, mutating, None, time.monotonic() - start)
+            _log_command(self.t.name, cmd, mutating, None, time.monotonic() - start, _for)
             out = mask(((e.stdout or b"") + (e.stderr or b"")).decode(errors="replace"), secrets)
             raise HostError(self.t.name, cmd, None, out, f"timed out after {timeout} s") from None
         except BaseException:
@@ -343,9 +377,9 @@ class Connection:
         if p.returncode == 0:
             why = None  # it had succeeded when the stop came: that stands
         took = time.monotonic() - start
-        _log_command(self.t.name, cmd, mutating, None if why else p.returncode, took)
-        res = Result(p.returncode, mask(stdout.decode(errors="replace"), secrets),
-                     mask(stderr.decode(errors="replace"), secrets))
+        _log_command(self.t.name, cmd, mutating, None if why else p.returncode, took, _for)
+        res = Result(p.returncode, mask(stdout.decode(errors=_errors), secrets),
+                     mask(stderr.decode(errors=_errors), secrets))
         if why is not None:
             raise RunStopped(self.t.name, cmd, why, took, res.stdout + res.stderr)
         if check and p.returncode != 0:
@@ -355,6 +389,23 @@ class Connection:
             raise err
         return res
 
+    def probe(self, argv: Sequence[Piece], *, check: bool = True, timeout: int = 600) -> Result:
+        """A read-only command, as `run(argv, mutating=False)`, that shares one round trip with
+        this host's probes arriving at the same moment (batch.py); same result, same errors."""
+        if self.t.user != "root":
+            argv = ["sudo", "-n", "--", *argv]
+        if not batchable(argv):
+            return self.run(argv, mutating=False, sudo=False, check=check, timeout=timeout)
+        cmd = display(argv)
+        self._check_files()
+        self._refuse_if_remembered(cmd)
+        res = self._batcher.run(list(argv), timeout)
+        if check and res.rc != 0:
+            err = _classify(self.t, cmd, res.rc, res.stdout + res.stderr)
+            if isinstance(err, HostUnreachable):
+                self._connected = False
+            raise err
+        return res
 
     def pipe(self, argv: Sequence[Piece], dst: "Connection", dst_argv: Sequence[Piece], *,
              timeout: int = 3600) -> tuple[Result, Result]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -97,3 +98,20 @@ def test_the_cycle_check_refuses_what_the_sdk_refuses():
             assert sdk.declare_dependency(ours[a], ours[b]) == cycles.declare_dependency(theirs[a], theirs[b])
         for o, t in zip(ours, theirs):
             assert {ours.index(x) for x in cycles._deps(o)} == {theirs.index(x) for x in cycles._deps(t)}
+
+
+def test_the_provider_host_replaces_the_sdks_server_as_it_is_built(tmp_path, monkeypatch):
+    from components import provider_host
+
+    assert provider_host.check().endswith("pulumi/dynamic/__main__.py")
+    changed = tmp_path / "pulumi" / "dynamic"
+    changed.mkdir(parents=True)
+    src = Path(provider_host.check()).read_text().replace("max_workers=4", "max_workers=8")
+    (changed / "__main__.py").write_text(src)
+
+    class Spec:
+        origin = str(changed / "__main__.py")
+
+    monkeypatch.setattr(provider_host.importlib.util, "find_spec", lambda name: Spec())
+    with pytest.raises(provider_host.SdkChanged, match="revisit components/provider_host.py"):
+        provider_host.check()

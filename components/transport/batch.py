@@ -1,0 +1,150 @@
+"""Read-only probes for one host that arrive together share one SSH round trip (issue 16).
+
+A refresh reads every resource at once, up to the engine's `--parallel`: a node's layer is a
+handful of resources, each with its own probe. The first probe for a host opens a batch and
+waits `WINDOW_S` for others; then one command (scripts/batch.sh) runs every member on the
+host side by side and returns each one's exit code, stdout and stderr, framed by byte counts,
+and each caller gets exactly the result its own command would have had. A probe that arrives
+alone runs as it always did. Only read-only commands without stdin or secrets join a batch
+(a secret would be in the batch's logged command line); mutating commands never do.
+
+If the batch itself fails (the host unreachable, the run stopped, output without its
+frames), every member gets that failure, as it would have running alone.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional, Sequence
+
+from ..scripts import script
+from .command import Piece, Secret, shell_join
+
+if TYPE_CHECKING:
+    from .ssh import Connection, Result
+
+_SCRIPT = script(__file__, "batch.sh")
+#: how long the first probe waits for others to the same host
+WINDOW_S = 0.015
+#: members a batch: the engine has at most --parallel calls in flight anyway
+MAX_MEMBERS = 32
+#: command-line bytes a batch (one string to the remote shell: Linux caps one at 128 KiB)
+MAX_BYTES = 64 * 1024
+_FRAME = b"== gf-batch "
+
+
+def batchable(argv: Sequence[Piece]) -> bool:
+    return not any(isinstance(p, Secret) for p in argv)
+
+
+@dataclass
+class _Member:
+    argv: list[Piece]
+    line: str
+    timeout: int
+    sent_for: Optional[str]  # the resource it probes, for the command log
+    result: Optional["Result"] = None
+    error: Optional[BaseException] = None
+
+
+@dataclass
+class _Batch:
+    members: list[_Member] = field(default_factory=list)
+    size: int = 0
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def split_frames(out: bytes, n: int) -> list[tuple[int, bytes, bytes]]:
+    """batch.sh's stdout -> (exit code, stdout, stderr) for members 1..n; ValueError when a
+    frame is missing or short (the batch was cut off)."""
+    got, pos = [], 0
+    for i in range(1, n + 1):
+        if not out.startswith(_FRAME, pos):
+            raise ValueError(f"frame {i} of {n} missing at byte {pos}")
+        eol = out.index(b"\n", pos)
+        idx, rc, n_out, n_err = (int(x) for x in out[pos + len(_FRAME):eol].split())
+        if idx != i:
+            raise ValueError(f"frame {idx} where {i} was expected")
+        start = eol + 1
+        end = start + n_out + n_err
+        if end > len(out):
+            raise ValueError(f"frame {i} of {n} is short")
+        got.append((rc, out[start:start + n_out], out[start + n_out:end]))
+        pos = end
+    return got
+
+
+class Batcher:
+    """One per connection: gathers that host's concurrent probes."""
+
+    def __init__(self, conn: "Connection"):
+        self._conn = conn
+        self._lock = threading.Lock()
+        self._open: Optional[_Batch] = None
+
+    def run(self, argv: list[Piece], timeout: int) -> "Result":
+        from .ssh import acting_label
+
+        m = _Member(argv, shell_join(argv), timeout, acting_label())
+        with self._lock:
+            b = self._open
+            lead = b is None or len(b.members) >= MAX_MEMBERS or b.size + len(m.line) > MAX_BYTES
+            if lead:
+                b = self._open = _Batch()
+            b.members.append(m)
+            b.size += len(m.line) + 3
+        if lead:
+            time.sleep(WINDOW_S)
+            with self._lock:
+                if self._open is b:
+                    self._open = None
+            try:
+                self._send(b.members)
+            finally:
+                b.done.set()
+        else:
+            b.done.wait()
+        if m.error is not None:
+            raise m.error
+        assert m.result is not None
+        return m.result
+
+    def _send(self, members: list[_Member]) -> None:
+        from .ssh import Result
+
+        c = self._conn
+        if len(members) == 1:
+            m = members[0]
+            try:
+                m.result = c.run(m.argv, mutating=False, sudo=False, check=False, timeout=m.timeout,
+                                 _for=[m.sent_for] if m.sent_for else [])
+            except BaseException as e:  # noqa: BLE001 - handed to the caller, raised there
+                m.error = e
+            return
+        argv = ["sh", "-c", _SCRIPT, "gf-batch", *(m.line for m in members)]
+        try:
+            res = c.run(argv, mutating=False, sudo=False, check=False,
+                        timeout=max(m.timeout for m in members), _errors="surrogateescape",
+                        _for=[m.sent_for for m in members if m.sent_for])
+            raw = res.stdout.encode(errors="surrogateescape")
+            if res.rc == 255:  # ssh's own failure: each member's command would have met it
+                for m in members:
+                    m.result = Result(255, "", res.stderr)
+                return
+            frames = split_frames(raw, len(members))
+        except ValueError as e:
+            from .ssh import HostError
+
+            err = HostError(c.t.name, f"a batch of {len(members)} probes", res.rc,
+                            res.stdout + res.stderr, f"its output was cut off ({e})")
+            for m in members:
+                m.error = err
+            return
+        except BaseException as e:  # noqa: BLE001
+            for m in members:
+                m.error = e
+            return
+        for m, (rc, out, err) in zip(members, frames):
+            m.result = Result(rc, out.decode(errors="replace"), err.decode(errors="replace"))

@@ -1,0 +1,125 @@
+"""Probes that arrive together share one round trip (components/transport/batch.py).
+
+The host is this machine: a connection whose `run` executes the command line with the local
+`sh` (what the remote login shell does with it), so batch.sh and the framing run for real;
+only SSH is left out."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+
+import pytest
+
+from components.transport import batch
+from components.transport.batch import Batcher, split_frames
+from components.transport.command import Secret, shell_join
+from components.transport.ssh import Result
+
+
+class LocalConn:
+    def __init__(self):
+        self.sent: list[list] = []
+        self.t = type("T", (), {"name": "here"})()
+
+    def run(self, argv, *, mutating, sudo, check, timeout, _errors="replace", _for=None):
+        assert mutating is False and sudo is False and check is False
+        self.sent.append(list(argv))
+        p = subprocess.run(["sh", "-c", shell_join(argv)], capture_output=True, timeout=timeout)
+        return Result(p.returncode, p.stdout.decode(errors=_errors), p.stderr.decode(errors=_errors))
+
+
+PROBES = [
+    ["sh", "-c", "printf 'one\\n'; echo warn >&2"],
+    ["sh", "-c", "printf 'caf\\303\\251 \\377 no newline'; exit 3"],  # UTF-8, a stray byte, rc 3
+    ["sh", "-c", "true"],  # nothing at all
+    ["sh", "-c", "printf '== gf-batch 9 9 9 9\\n'; cat /dev/null"],  # a frame-like line of its own
+    ["sh", "-c", 'read x || echo "stdin is empty"'],  # stdin is /dev/null, as for a lone probe
+]
+
+
+def alone(argv) -> Result:
+    return LocalConn().run(argv, mutating=False, sudo=False, check=False, timeout=30)
+
+
+def together(conn, probes) -> list[Result]:
+    b = Batcher(conn)
+    out: list = [None] * len(probes)
+    start = threading.Barrier(len(probes))
+
+    def go(i):
+        start.wait()
+        out[i] = b.run(list(probes[i]), 30)
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(probes))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
+
+
+def test_concurrent_probes_share_one_command_and_each_gets_its_own_result(monkeypatch):
+    monkeypatch.setattr(batch, "WINDOW_S", 0.2)
+    conn = LocalConn()
+    got = together(conn, PROBES)
+    assert len(conn.sent) == 1 and conn.sent[0][3] == "gf-batch"  # one round trip for all five
+    assert got == [alone(p) for p in PROBES]
+    assert got[1].rc == 3 and got[1].stdout == "café \ufffd no newline"
+    assert got[0].stderr == "warn\n" and got[4].stdout == "stdin is empty\n"
+
+
+def test_a_lone_probe_is_sent_as_it_is(monkeypatch):
+    monkeypatch.setattr(batch, "WINDOW_S", 0.0)
+    conn = LocalConn()
+    assert together(conn, PROBES[:1]) == [alone(PROBES[0])]
+    assert conn.sent == [PROBES[0]]
+
+
+def test_batches_stay_under_the_command_line_cap(monkeypatch):
+    monkeypatch.setattr(batch, "WINDOW_S", 0.2)
+    monkeypatch.setattr(batch, "MAX_BYTES", 200)
+    big = [["sh", "-c", f"echo {i}; : {'x' * 120}"] for i in range(4)]
+    conn = LocalConn()
+    got = together(conn, big)
+    assert len(conn.sent) == 4  # each member alone over the cap with any other
+    assert sorted(r.stdout for r in got) == ["0\n", "1\n", "2\n", "3\n"]
+
+
+def test_a_batch_cut_off_fails_every_member_naming_the_host(monkeypatch):
+    monkeypatch.setattr(batch, "WINDOW_S", 0.2)
+
+    class Cut(LocalConn):
+        def run(self, argv, **kw):
+            r = super().run(argv, **kw)
+            return Result(r.rc, r.stdout[: len(r.stdout) // 2], r.stderr)
+
+    b = Batcher(Cut())
+    errors: list = []
+
+    def go(p):
+        try:
+            b.run(list(p), 30)
+        except Exception as e:  # noqa: BLE001
+            errors.append(str(e))
+
+    threads = [threading.Thread(target=go, args=(p,)) for p in PROBES[:3]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(errors) == 3 and all("host here" in e and "cut off" in e for e in errors), errors
+
+
+def test_frames_are_read_by_byte_count():
+    out = b"== gf-batch 1 0 3 0\nab\n== gf-batch 2 1 0 2\nE\n"
+    assert split_frames(out, 2) == [(0, b"ab\n", b""), (1, b"", b"E\n")]
+    with pytest.raises(ValueError, match="short"):
+        split_frames(out[:-1], 2)
+    with pytest.raises(ValueError, match="missing"):
+        split_frames(out, 3)
+
+
+def test_secrets_and_stdin_never_join_a_batch():
+    assert batch.batchable(["cat", "/etc/x"])
+    assert not batch.batchable(["mysql", Secret("pw")])
