@@ -11,6 +11,9 @@ RUNLOCK := bash -c '. scripts/env.sh && exec python -m components.runlock "$$0"'
 OP := bash -c '. scripts/env.sh && exec python -m components.pending_hosts "$$@"' op
 # Every preview and up runs the policy pack (with the stack's written relaxations, if any), so a
 # violation stops `up` before any host is touched. POLICY= (empty) runs without it.
+# The engine's resource operations at once: the provider process serves 32 (components/provider_host.py),
+# one host's connection 8 (transport/ssh.py MAX_SESSIONS); the CLI's default is 8 for all hosts together.
+PARALLEL ?= --parallel 32
 POLICY ?= --policy-pack policies $(if $(wildcard policies/stacks/$(STACK).json),--policy-pack-config policies/stacks/$(STACK).json)
 
 .PHONY: setup test preview up destroy refresh stack policy lab lab-down forget
@@ -36,7 +39,7 @@ preview: stack
 
 up: stack
 	@$(RUNLOCK) $(STACK)
-	@$(OP) up $(STACK) -- $(POLICY) $(ARGS)
+	@$(OP) up $(STACK) -- $(PARALLEL) $(POLICY) $(ARGS)
 
 # A host gone for good: forget its resources from the stack's state, touching no host
 # (components/forget.py; refused while the stack still declares it). ARGS=--yes skips the question.
@@ -45,10 +48,10 @@ forget:
 	@bash -c '. scripts/env.sh && exec python -m components.forget "$$@"' forget $(STACK) $(NODE) $(ARGS)
 
 refresh: stack
-	@$(OP) refresh $(STACK) -- $(ARGS)
+	@$(OP) refresh $(STACK) -- $(PARALLEL) $(ARGS)
 
 destroy: stack
-	@$(OP) destroy $(STACK) -- $(ARGS)
+	@$(OP) destroy $(STACK) -- $(PARALLEL) $(ARGS)
 
 # Preview under the policy pack, as in CI (the same as `make preview`).
 policy: stack
@@ -60,7 +63,7 @@ lab:
 	.venv/bin/python -m lab up
 	@$(MAKE) --no-print-directory stack STACK=lab
 	@$(RUNLOCK) lab
-	@$(OP) up lab -- --yes --refresh --skip-preview $(POLICY) $(ARGS)
+	@$(OP) up lab -- --yes --refresh --skip-preview $(PARALLEL) $(POLICY) $(ARGS)
 
 lab-down:
 	.venv/bin/python -m lab down

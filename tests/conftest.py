@@ -65,6 +65,9 @@ def _rendered_store(tmp_path_factory):
 
     if "GPU_FLEET_STORE_DIR" not in os.environ:
         os.environ["GPU_FLEET_STORE_DIR"] = str(tmp_path_factory.mktemp("rendered-store"))
+    # what each host's refresh probed last (components/transport/refresh.py): the tests' own
+    if "GPU_FLEET_PROBE_DIR" not in os.environ:
+        os.environ["GPU_FLEET_PROBE_DIR"] = str(tmp_path_factory.mktemp("probes"))
     yield
 
 

@@ -260,8 +260,10 @@ class HostPrimitive(ResourceProvider):
         c.connect()
         return c
 
-    def probe(self, conn: Connection, props: Props) -> Observed:
-        res = conn.probe(self.probe_argv(props))  # may share a round trip (transport/batch.py)
+    def probe(self, conn: Connection, props: Props, refresh: bool = False) -> Observed:
+        """One read of the host; it may share a round trip (transport/batch.py), and a refresh's
+        read may be answered by the host's one reading of this refresh (transport/refresh.py)."""
+        res = conn.probe(self.probe_argv(props), refresh=refresh)
         return self.parse(props, res.stdout)
 
     def apply(self, props: Props, record: Props) -> Props:
@@ -316,7 +318,7 @@ class HostPrimitive(ResourceProvider):
         props = recorded_inputs(props)  # what was recorded, the stack's inputs (INPUTS) carried on
         with _from_record(kind_of(self), id_, props):
             conn = self._conn(props)
-            outs = {**props, **self.state(props, self.probe(conn, props))}
+            outs = {**props, **self.state(props, self.probe(conn, props, refresh=True))}
         return ReadResult(id_=id_, outs=outs)
 
     @_entry

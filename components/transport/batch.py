@@ -26,8 +26,10 @@ if TYPE_CHECKING:
     from .ssh import Connection, Result
 
 _SCRIPT = script(__file__, "batch.sh")
-#: how long the first probe waits for others to the same host
+#: how long the first probe waits for others to the same host, and again while they keep
+#: coming (the provider's threads reach their probes over tens of ms), up to MAX_WAIT_S
 WINDOW_S = 0.015
+MAX_WAIT_S = 0.1
 #: members a batch: the engine has at most --parallel calls in flight anyway
 MAX_MEMBERS = 32
 #: command-line bytes a batch (one string to the remote shell: Linux caps one at 128 KiB)
@@ -96,7 +98,10 @@ class Batcher:
             b.members.append(m)
             b.size += len(m.line) + 3
         if lead:
-            time.sleep(WINDOW_S)
+            deadline, seen = time.monotonic() + MAX_WAIT_S, 0
+            while len(b.members) > seen and time.monotonic() < deadline:
+                seen = len(b.members)
+                time.sleep(WINDOW_S)
             with self._lock:
                 if self._open is b:
                     self._open = None
@@ -111,11 +116,30 @@ class Batcher:
         assert m.result is not None
         return m.result
 
+    def run_many(self, lines: list[str], labels: list[Optional[str]], timeout: int) -> list["Result"]:
+        """Command lines (already joined, sudo included) now, as few round trips as the caps
+        allow; their results in order. The first failure of a round trip is raised."""
+        members = [_Member([], line, timeout, label) for line, label in zip(lines, labels)]
+        chunk: list[_Member] = []
+        size = 0
+        for m in members:
+            if chunk and (len(chunk) >= MAX_MEMBERS or size + len(m.line) > MAX_BYTES):
+                self._send(chunk)
+                chunk, size = [], 0
+            chunk.append(m)
+            size += len(m.line) + 3
+        if chunk:
+            self._send(chunk)
+        for m in members:
+            if m.error is not None:
+                raise m.error
+        return [m.result for m in members]  # type: ignore[misc]
+
     def _send(self, members: list[_Member]) -> None:
         from .ssh import Result
 
         c = self._conn
-        if len(members) == 1:
+        if len(members) == 1 and members[0].argv:
             m = members[0]
             try:
                 m.result = c.run(m.argv, mutating=False, sudo=False, check=False, timeout=m.timeout,

@@ -40,6 +40,7 @@ from typing import Callable, Iterable, Optional, Sequence, TypeVar
 from ..errors import FleetError
 from . import lifeline
 from .batch import Batcher, batchable
+from .refresh import HostReading
 from .command import Piece, display, mask, secrets_of, shell_join
 
 COMMAND_LOG_ENV = "GPU_FLEET_COMMAND_LOG"
@@ -279,6 +280,7 @@ class Connection:
         self._connected = False
         self._lock = threading.Lock()
         self._batcher = Batcher(self)
+        self._reading = HostReading(target)
         self._sessions = threading.BoundedSemaphore(MAX_SESSIONS)
 
     def _master_alive(self) -> bool:
@@ -346,6 +348,8 @@ class Connection:
             self._check_files()
             self._refuse_if_remembered(cmd)
         secrets = secrets_of(argv, [stdin.decode(errors="replace")] if (stdin and stdin_secret) else [])
+        if mutating:
+            self._reading.forget()  # what a refresh read of this host no longer holds
         with self._sessions:
             return self._run(argv, cmd, secrets, mutating=mutating, stdin=stdin, check=check, timeout=timeout,
                              _connecting=_connecting, _errors=_errors, _for=_for)
@@ -389,9 +393,12 @@ class Connection:
             raise err
         return res
 
-    def probe(self, argv: Sequence[Piece], *, check: bool = True, timeout: int = 600) -> Result:
+    def probe(self, argv: Sequence[Piece], *, check: bool = True, timeout: int = 600,
+              refresh: bool = False) -> Result:
         """A read-only command, as `run(argv, mutating=False)`, that shares one round trip with
-        this host's probes arriving at the same moment (batch.py); same result, same errors."""
+        this host's probes arriving at the same moment (batch.py); same result, same errors.
+        `refresh`: a refresh's read, which may be answered from the host's one reading of this
+        refresh (refresh.py)."""
         if self.t.user != "root":
             argv = ["sudo", "-n", "--", *argv]
         if not batchable(argv):
@@ -399,7 +406,13 @@ class Connection:
         cmd = display(argv)
         self._check_files()
         self._refuse_if_remembered(cmd)
-        res = self._batcher.run(list(argv), timeout)
+        res = None
+        if refresh:
+            res = self._reading.answer(
+                shell_join(argv), acting_label(),
+                lambda lines, labels: self._batcher.run_many(lines, labels, timeout))
+        if res is None:
+            res = self._batcher.run(list(argv), timeout)
         if check and res.rc != 0:
             err = _classify(self.t, cmd, res.rc, res.stdout + res.stderr)
             if isinstance(err, HostUnreachable):
@@ -519,10 +532,12 @@ def fan_out(targets: Iterable[SshTarget], fn: Callable[[Connection], T],
     targets = list(targets)
     results: dict[str, T] = {}
     failures: dict[str, Exception] = {}
+    label = acting_label()  # the resource fanning out, for the command log
 
     def one(t: SshTarget):
         try:
-            results[t.name] = fn(connection(t))
+            with acting_for(label) if label else contextlib.nullcontext():
+                results[t.name] = fn(connection(t))
         except Exception as e:  # noqa: BLE001 - reported per host below
             failures[t.name] = e
 

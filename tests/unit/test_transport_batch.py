@@ -6,7 +6,9 @@ only SSH is left out."""
 
 from __future__ import annotations
 
+import json
 import subprocess
+import time
 import threading
 
 import pytest
@@ -123,3 +125,60 @@ def test_frames_are_read_by_byte_count():
 def test_secrets_and_stdin_never_join_a_batch():
     assert batch.batchable(["cat", "/etc/x"])
     assert not batch.batchable(["mysql", Secret("pw")])
+
+
+# ---- a refresh reads each host once (components/transport/refresh.py) -----------------------
+def reading(tmp_path, monkeypatch, remembered=()):
+    from components.transport import refresh
+    from components.transport.ssh import SshTarget
+
+    monkeypatch.setenv(refresh.PROBE_DIR_ENV, str(tmp_path))
+    r = refresh.HostReading(SshTarget("node1", "192.0.2.1"))
+    if remembered:
+        r._path.parent.mkdir(parents=True, exist_ok=True)
+        r._path.write_text(json.dumps({"probes": [{"line": x, "for": f"File {x}"} for x in remembered]}))
+    calls: list = []
+
+    def read_all(lines, labels):
+        calls.append((list(lines), list(labels)))
+        return [Result(0, f"out of {x}", "") for x in lines]
+
+    return r, calls, read_all
+
+
+def test_the_first_refresh_read_takes_the_hosts_reading_and_the_rest_are_answered_from_it(tmp_path, monkeypatch):
+    r, calls, read_all = reading(tmp_path, monkeypatch, remembered=["a", "b", "c"])
+    assert r.answer("b", "File b", read_all).stdout == "out of b"
+    assert calls == [(["a", "b", "c"], ["File a", "File b", "File c"])]  # one round trip for all
+    assert r.answer("a", "File a", read_all).stdout == "out of a"
+    assert r.answer("c", "File c", read_all).stdout == "out of c"
+    assert r.answer("new", "File new", read_all) is None  # not in the reading: probed as usual
+    assert len(calls) == 1
+    # the next refresh (a line the reading already answered) reads the host again, with what
+    # this run asked: the lines of this run, remembered for the next
+    assert r.answer("a", "File a", read_all).stdout == "out of a"
+    assert calls[1][0] == ["a", "b", "c", "new"]
+    assert [p["line"] for p in json.loads(r._path.read_text())["probes"]] == ["b", "a", "c", "new"]
+
+
+def test_a_mutating_command_or_age_drops_what_the_reading_holds(tmp_path, monkeypatch):
+    from components.transport import refresh
+
+    r, calls, read_all = reading(tmp_path, monkeypatch, remembered=["a", "b"])
+    r.answer("a", None, read_all)
+    r.forget()  # a change went to the host
+    r.answer("b", None, read_all)
+    assert len(calls) == 2  # b was read again, after the change
+    r.forget()
+    r.answer("a", None, read_all)
+    monkeypatch.setattr(refresh, "MAX_AGE_S", 0.0)
+    time.sleep(0.01)
+    assert r.answer("b", None, read_all) is None  # too old to answer: probed as usual
+    assert len(calls) == 3
+
+
+def test_nothing_remembered_means_no_reading(tmp_path, monkeypatch):
+    r, calls, read_all = reading(tmp_path, monkeypatch)
+    assert r.answer("a", None, read_all) is None and calls == []
+    r._path.write_text("{not json")
+    assert r.remembered() == {}

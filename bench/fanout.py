@@ -1,0 +1,160 @@
+"""Benchmark: the lab stack's first converge and no-op `up --refresh` at 1, 3, 6 and 12 nodes.
+
+For each node count: `python -m lab down`, `python -m lab up --nodes N` (fresh hosts from the
+cached image), the lab stack (`stacks/Pulumi.lab.yaml` as `lab up` writes it: inventory, GPU
+runtime baseline, Slurm with node1 the canary) in a temp copy of the project with an empty
+state; then `pulumi up --skip-preview` from that clean state (the first converge), and a no-op
+`pulumi up --refresh --skip-preview --expect-no-changes` `--repeat` times. It prints wall
+times and their ratio to the 1-node time, the time each added node costs as a share of the
+1-node time (issue 16: <= 25 % for the first converge, <= 10 % for the no-op), the SSH
+commands per host and layer in the no-op (from GPU_FLEET_COMMAND_LOG; a command is counted
+for every layer whose resources it probed), and what the canary gate costs: from the canary's
+first Slurm command to the first Slurm command on another node, the only serial step.
+Leaves the lab down unless --leave-up (then with the last node count).
+
+    .venv/bin/python bench/fanout.py [--nodes 1,3,6,12] [--repeat 3] [--policy] [--parallel 32] [--leave-up]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.lab.conftest import lab_command  # noqa: E402
+from tests.lab.labhosts import command_log  # noqa: E402
+from tests.pulumi_cli import PulumiProject  # noqa: E402
+
+STACK = "lab"
+
+
+def layer_of(urn: str) -> str:
+    """The layer a resource belongs to: the first gpu-fleet component in its URN's type chain
+    that is not the Fleet itself ('gpu-fleet:slurm:SlurmCluster$...' -> 'slurm')."""
+    chain = urn.split("::")[2].split("$")
+    for t in chain:
+        parts = t.split(":")
+        if parts[0] == "gpu-fleet" and parts[1] != "index":
+            return parts[1]
+    return "fleet"
+
+
+def labels_to_layers(proj: PulumiProject) -> dict[tuple[str, str], str]:
+    """(host, 'Kind key') -> layer, for every dynamic resource in the state: the same label the
+    provider puts in the command log (components/providers/base.py `_label`)."""
+    import dill
+
+    from components.providers.base import _label, target_of
+
+    state = json.loads(proj.run("stack", "export", "--stack", STACK, "--show-secrets").stdout)
+    out = {}
+    for r in state["deployment"].get("resources", []):
+        outs = r.get("outputs") or {}
+        if "__provider" not in outs:
+            continue
+        provider = dill.loads(base64.b64decode(outs["__provider"]))
+        try:
+            host = target_of(outs).name
+        except Exception:  # noqa: BLE001 - a check without one host (fans out inside)
+            host = "*"
+        out[(host, _label(provider, (outs,)))] = layer_of(r["urn"])
+    return out
+
+
+def per_host_layer(entries: list[dict], layers: dict) -> dict[tuple[str, str], int]:
+    counts: Counter = Counter()
+    for e in entries:
+        seen = {layers.get((e["host"], f), layers.get(("*", f), f"? {f}")) for f in e.get("for") or []}
+        for layer in seen or {"(connect)" if e["cmd"] == "true" else f"? {e.get('for')}"}:
+            counts[(e["host"], layer)] += 1
+    return dict(counts)
+
+
+def canary_gate_s(entries: list[dict], layers: dict, canary: str) -> float | None:
+    """From the canary's Slurm package install to the first one on any other node: the canary's
+    packages, key, config, daemons and the canary-first job run while the rest wait."""
+    def slurm(e):
+        return e["mutating"] and any(f.startswith("PackageSet") and layers.get((e["host"], f)) == "slurm"
+                                     for f in e.get("for") or [])
+    starts = [(e["t"] - e["s"], e["host"]) for e in entries if slurm(e)]
+    first_canary = min((t for t, h in starts if h == canary), default=None)
+    first_other = min((t for t, h in starts if h.startswith("node") and h != canary), default=None)
+    if first_canary is None or first_other is None:
+        return None
+    return round(first_other - first_canary, 1)
+
+
+def bench(n: int, repeat: int, policy: bool, parallel: int) -> dict:
+    lab_command("down", timeout=600)
+    lab_command("up", "--nodes", str(n), timeout=1800)
+    with tempfile.TemporaryDirectory() as tmp:
+        proj = PulumiProject.copy_of_repo(Path(tmp))
+        log = Path(tmp) / "commands.jsonl"
+        proj.env["GPU_FLEET_COMMAND_LOG"] = str(log)
+        proj.init_stack(STACK)
+        pack = ["--policy-pack", str(ROOT / "policies")] if policy else []
+        pack += ["--parallel", str(parallel)]
+        start = time.monotonic()
+        proj.run("up", "--yes", "--stack", STACK, "--skip-preview", *pack, timeout=3600)
+        first = time.monotonic() - start
+        first_log = command_log(log)
+        layers = labels_to_layers(proj)
+        times = []
+        for _ in range(repeat):
+            log.unlink(missing_ok=True)
+            start = time.monotonic()
+            proj.run("up", "--yes", "--stack", STACK, "--refresh", "--skip-preview", "--expect-no-changes",
+                     *pack, timeout=1800)
+            times.append(time.monotonic() - start)
+        noop_log = command_log(log)
+        assert not [e for e in noop_log if e["mutating"]], "a no-op refresh sent a mutating command"
+        counts = per_host_layer(noop_log, layers)
+        return {"nodes": n, "first_s": round(first, 1), "noop_s": round(statistics.median(times), 2),
+                "noop_all": [round(t, 2) for t in times],
+                "first_commands_per_host": dict(Counter(e["host"] for e in first_log)),
+                "noop_per_host_layer": {f"{h} {lay}": c for (h, lay), c in sorted(counts.items())},
+                "noop_max_per_host_layer": max(c for (h, lay), c in counts.items() if lay != "(connect)"),
+                "canary_gate_s": canary_gate_s(first_log, layers, "node1")}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", default="1,3,6,12")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--policy", action="store_true", help="run with the policy pack, as `make up` does")
+    ap.add_argument("--leave-up", action="store_true")
+    ap.add_argument("--parallel", type=int, default=32, help="the engine's --parallel (as the Makefile's)")
+    args = ap.parse_args()
+    rows = []
+    try:
+        for n in (int(x) for x in args.nodes.split(",")):
+            r = bench(n, args.repeat, args.policy, args.parallel)
+            rows.append(r)
+            print(json.dumps(r), flush=True)
+    finally:
+        if not args.leave_up:
+            lab_command("down", timeout=600)
+    base = rows[0]
+    print(f"\n| nodes | first converge s (x 1-node) | per added node, % of 1-node | no-op up --refresh s "
+          f"(x 1-node) | per added node, % | SSH cmds per host and layer, no-op (max) | canary gate s |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        k = r["nodes"] - base["nodes"]
+        add_first = f"{100 * (r['first_s'] - base['first_s']) / k / base['first_s']:.1f}" if k else "-"
+        add_noop = f"{100 * (r['noop_s'] - base['noop_s']) / k / base['noop_s']:.1f}" if k else "-"
+        print(f"| {r['nodes']} | {r['first_s']} ({r['first_s'] / base['first_s']:.2f}) | {add_first} | "
+              f"{r['noop_s']} ({r['noop_s'] / base['noop_s']:.2f}) | {add_noop} | "
+              f"{r['noop_max_per_host_layer']} | {r['canary_gate_s']} |")
+
+
+if __name__ == "__main__":
+    main()
