@@ -303,6 +303,7 @@ def test_the_release_drains_what_leaves_and_resumes_only_its_own_drain(tmp_path,
     (tmp_path / "show").write_text(SHOW_NODES)
     stubs.add("scontrol", f'[ "$1 $2" = "show nodes" ] && cat {tmp_path / "show"}; exit 0')
     stubs.add("squeue", "exit 0")
+    stubs.add("systemctl", '[ "$1 $2 $3" = "is-active --quiet slurmctld.service" ]')
     conf = tmp_path / "slurm.conf"
     conf.write_text("".join(f"NodeName={n} NodeAddr=10.0.0.1 CPUs=2\n" for n in conf_nodes))
     p = stubs.run(["bash", "-c", RELEASE, "bash", conf, "5"])
@@ -310,3 +311,15 @@ def test_the_release_drains_what_leaves_and_resumes_only_its_own_drain(tmp_path,
     updates = [c for c in stubs.calls("scontrol") if " update " in f" {c} "]
     assert updates == [f"scontrol update NodeName={n} State=DRAIN Reason=gpu-fleet: leaving the cluster"
                        for n in drained] + [f"scontrol update NodeName={n} State=RESUME" for n in resumed], updates
+
+
+def test_the_release_asks_nothing_of_a_controller_that_is_not_running(tmp_path):
+    """A first install: slurmctld is not active here, so there is nothing to release and no
+    scontrol call to wait out its message timeout."""
+    stubs = Stubs(tmp_path)
+    stubs.add("scontrol", "sleep 30")
+    stubs.add("systemctl", "exit 3")
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("NodeName=node1 NodeAddr=10.0.0.1 CPUs=2\n")
+    p = stubs.run(["bash", "-c", RELEASE, "bash", conf, "5"])
+    assert p.returncode == 0 and stubs.calls("scontrol") == [], p.stderr

@@ -171,7 +171,10 @@ class SlurmCluster(pulumi.ComponentResource):
             serving = admitted.apply(lambda names: h in names) if is_node else True
             # slurmctld also waits on what the accounting layer hands over (slurmdbd serving,
             # the ClusterID adopted): it refuses to start while slurmdbd cannot serve it.
-            depends_on = deps if is_node else gate.apply(lambda g: [*deps, *(g or [])])
+            # slurmd after slurmctld: a slurmd that starts while no controller answers registers
+            # only when slurmctld next pings it (SlurmdTimeout/3, 100 s by default), and the
+            # canary gate waited that long for the node to be idle (bench/fanout.py)
+            depends_on = [*deps, daemons[0]] if is_node else gate.apply(lambda g: [*deps, *(g or [])])
             daemon = SystemdUnit(
                 f"{h}-{unit.split('.')[0]}", conn=conn, unit=unit, enabled=serving, active=serving,
                 properties={"Delegate": "yes"} if is_node else {},

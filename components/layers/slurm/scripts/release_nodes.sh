@@ -8,6 +8,9 @@
 set -euo pipefail
 conf="$1"; wait_s="$2"
 reason="gpu-fleet: leaving the cluster"
+# this host's slurmctld not running (a first install): no node to release, and scontrol would
+# spend its message timeout (~10 s) finding that out
+systemctl is-active --quiet slurmctld.service || exit 0
 nodes=$(timeout 20 scontrol show nodes -o 2>/dev/null) || exit 0
 known=$(printf '%s\n' "$nodes" | sed -n 's/^NodeName=\([^ ]*\).*/\1/p')
 keep=$(sed -n 's/^NodeName=\([^ ]*\).*/\1/p' "$conf")
