@@ -123,7 +123,10 @@ def bench(n: int, repeat: int, policy: bool, parallel: int) -> dict:
                 "first_commands_per_host": dict(Counter(e["host"] for e in first_log)),
                 "noop_per_host_layer": {f"{h} {lay}": c for (h, lay), c in sorted(counts.items())},
                 "noop_max_per_host_layer": max(c for (h, lay), c in counts.items() if lay != "(connect)"),
-                "canary_gate_s": canary_gate_s(first_log, layers, "node1")}
+                "canary_gate_s": canary_gate_s(first_log, layers, "node1"),
+                # what to look at when a run is slow: its longest commands
+                "first_slowest": [f"{e['host']} {(e.get('for') or ['-'])[0]} {e['s']:.1f} s {e['cmd'][:60]!r}"
+                                  for e in sorted(first_log, key=lambda e: -e["s"])[:4]]}
 
 
 def main() -> None:
