@@ -323,3 +323,26 @@ def test_the_release_asks_nothing_of_a_controller_that_is_not_running(tmp_path):
     conf.write_text("NodeName=node1 NodeAddr=10.0.0.1 CPUs=2\n")
     p = stubs.run(["bash", "-c", RELEASE, "bash", conf, "5"])
     assert p.returncode == 0 and stubs.calls("scontrol") == [], p.stderr
+
+
+# ---- slurm/scripts/controller_answers.sh ------------------------------------------------------
+
+ANSWERS = slurm_component._ANSWERS
+
+
+def test_the_nodes_wait_until_slurmctld_answers(stubs, tmp_path):
+    """slurmctld is 'active' to systemd before it listens: the wait ends at its first UP."""
+    n = tmp_path / "n"
+    n.write_text("0")
+    stubs.add("scontrol", f'i=$(cat {n}); echo $((i + 1)) > {n}; '
+                          'if [ "$i" -ge 2 ]; then echo "Slurmctld(primary) at ctl is UP"; '
+                          'else echo "Slurmctld(primary) at ctl is DOWN"; exit 1; fi')
+    p = stubs.run(["sh", "-c", ANSWERS, "sh", "20"])
+    assert p.returncode == 0 and "is UP" in p.stdout, p.stderr
+    assert len(stubs.calls("scontrol")) == 3
+
+
+def test_a_slurmctld_that_never_answers_fails_the_wait_saying_so(stubs):
+    stubs.add("scontrol", 'echo "Slurmctld(primary) at ctl is DOWN"; exit 1')
+    p = stubs.run(["sh", "-c", ANSWERS, "sh", "1"])
+    assert p.returncode == 1 and "slurmctld does not answer after 1 s" in p.stderr

@@ -39,6 +39,9 @@ from .validate import validate_argv
 _RECONFIGURE = script(__file__, "reconfigure.sh")
 # Drain the nodes a new slurm.conf drops before slurmctld takes it (why: the script's header).
 _RELEASE = script(__file__, "release_nodes.sh")
+_ANSWERS = script(__file__, "controller_answers.sh")
+#: how long the nodes wait for a (re)started slurmctld to answer
+ANSWER_WAIT_S = 60
 #: how long the release waits for jobs on a node leaving the cluster
 RELEASE_WAIT_S = 600
 
@@ -112,6 +115,7 @@ class SlurmCluster(pulumi.ComponentResource):
         ctl = cfg.hosts.controller
         self.packages = SlurmPackages(cfg, root, pulumi.ResourceOptions(parent=self), inputs.node_after)
         daemons: list[pulumi.Resource] = []
+        answers: list[pulumi.Resource] = []  # the controller's slurmctld answering
         ctl_conf: list[pulumi.Resource] = []
         ctl_base: list[pulumi.Resource] = []
         gate = pulumi.Output.from_input(inputs.controller_gate)
@@ -171,16 +175,21 @@ class SlurmCluster(pulumi.ComponentResource):
             serving = admitted.apply(lambda names: h in names) if is_node else True
             # slurmctld also waits on what the accounting layer hands over (slurmdbd serving,
             # the ClusterID adopted): it refuses to start while slurmdbd cannot serve it.
-            # slurmd after slurmctld: a slurmd that starts while no controller answers registers
-            # only when slurmctld next pings it (SlurmdTimeout/3, 100 s by default), and the
-            # canary gate waited that long for the node to be idle (bench/fanout.py)
-            depends_on = [*deps, daemons[0]] if is_node else gate.apply(lambda g: [*deps, *(g or [])])
+            # slurmd after slurmctld answers (controller_answers.sh): a slurmd that starts while
+            # no controller listens registers only when slurmctld next pings it (100 s by default)
+            depends_on = [*deps, answers[0]] if is_node else gate.apply(lambda g: [*deps, *(g or [])])
             daemon = SystemdUnit(
                 f"{h}-{unit.split('.')[0]}", conn=conn, unit=unit, enabled=serving, active=serving,
                 properties={"Delegate": "yes"} if is_node else {},
                 triggers={"restart": restart, "key": key_hash},
                 opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on))
             daemons.append(daemon)
+            if not is_node:
+                answers.append(CommandWithVerify(
+                    f"{h}-slurmctld-answers", conn=conn, create=["sh", "-c", _ANSWERS, "sh", str(ANSWER_WAIT_S)],
+                    verify=["sh", "-c", "scontrol ping | grep -q ' is UP'"],
+                    triggers={"restart": restart, "key": key_hash},
+                    opts=pulumi.ResourceOptions(parent=self, depends_on=[daemon])))
             return daemon
 
         # AuthAltTypes=auth/jwt (for slurmrestd) makes every daemon load the JWT plugin.
