@@ -176,7 +176,7 @@ class SlurmCluster(pulumi.ComponentResource):
             # slurmctld also waits on what the accounting layer hands over (slurmdbd serving,
             # the ClusterID adopted): it refuses to start while slurmdbd cannot serve it.
             # slurmd after slurmctld answers (controller_answers.sh): a slurmd that starts while
-            # no controller listens registers only when slurmctld next pings it (100 s by default)
+            # no controller listens cannot register at once
             depends_on = [*deps, answers[0]] if is_node else gate.apply(lambda g: [*deps, *(g or [])])
             daemon = SystemdUnit(
                 f"{h}-{unit.split('.')[0]}", conn=conn, unit=unit, enabled=serving, active=serving,

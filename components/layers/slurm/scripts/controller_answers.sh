@@ -1,9 +1,8 @@
 #!/bin/sh
 # Waits until this host's slurmctld answers `scontrol ping`, so the nodes' slurmd start only once
-# it listens. systemd calls slurmctld active when its process starts (Type=simple in 22.05);
-# a slurmd that starts before the controller listens fails its registration and is only seen
-# at slurmctld's next ping of the node (SlurmdTimeout/3, 100 s by default), which is how long
-# the canary gate then waited. $1 seconds to wait.
+# it listens. systemd calls slurmctld active when its process starts (Type=simple in 22.05),
+# and a slurmd that starts before the controller listens cannot register at once: Slurm's
+# quick-start has the controller up first. $1 seconds to wait.
 
 end=$(( $(date +%s) + $1 ))
 while :; do
