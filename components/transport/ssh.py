@@ -387,11 +387,15 @@ class Connection:
         if why is not None:
             raise RunStopped(self.t.name, cmd, why, took, res.stdout + res.stderr)
         if check and p.returncode != 0:
-            err = _classify(self.t, cmd, p.returncode, res.stdout + res.stderr)
-            if isinstance(err, HostUnreachable) and not _connecting:
-                self._connected = False  # the next connect tries again (and remembers a dead host)
-            raise err
+            self._fail(cmd, res, _connecting)
         return res
+
+    def _fail(self, cmd: str, res: Result, connecting: bool = False) -> None:
+        """Raise what a failed command means (unreachable, host key, sudo, or its exit code)."""
+        err = _classify(self.t, cmd, res.rc, res.stdout + res.stderr)
+        if isinstance(err, HostUnreachable) and not connecting:
+            self._connected = False  # the next connect tries again (and remembers a dead host)
+        raise err
 
     def probe(self, argv: Sequence[Piece], *, check: bool = True, timeout: int = 600,
               refresh: bool = False) -> Result:
@@ -414,10 +418,7 @@ class Connection:
         if res is None:
             res = self._batcher.run(list(argv), timeout)
         if check and res.rc != 0:
-            err = _classify(self.t, cmd, res.rc, res.stdout + res.stderr)
-            if isinstance(err, HostUnreachable):
-                self._connected = False
-            raise err
+            self._fail(cmd, res)
         return res
 
     def pipe(self, argv: Sequence[Piece], dst: "Connection", dst_argv: Sequence[Piece], *,
