@@ -41,6 +41,11 @@ def batchable(argv: Sequence[Piece]) -> bool:
     return not any(isinstance(p, Secret) for p in argv)
 
 
+def _full(members: int, size: int, line: str) -> bool:
+    """A batch of `members` lines, `size` bytes, has no room for `line` (the caps above)."""
+    return members >= MAX_MEMBERS or size + len(line) > MAX_BYTES
+
+
 @dataclass
 class _Member:
     argv: list[Piece]
@@ -92,7 +97,7 @@ class Batcher:
         m = _Member(argv, shell_join(argv), timeout, acting_label())
         with self._lock:
             b = self._open
-            lead = b is None or len(b.members) >= MAX_MEMBERS or b.size + len(m.line) > MAX_BYTES
+            lead = b is None or _full(len(b.members), b.size, m.line)
             if lead:
                 b = self._open = _Batch()
             b.members.append(m)
@@ -123,7 +128,7 @@ class Batcher:
         chunk: list[_Member] = []
         size = 0
         for m in members:
-            if chunk and (len(chunk) >= MAX_MEMBERS or size + len(m.line) > MAX_BYTES):
+            if chunk and _full(len(chunk), size, m.line):
                 self._send(chunk)
                 chunk, size = [], 0
             chunk.append(m)
