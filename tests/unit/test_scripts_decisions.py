@@ -346,3 +346,31 @@ def test_a_slurmctld_that_never_answers_fails_the_wait_saying_so(stubs):
     stubs.add("scontrol", 'echo "Slurmctld(primary) at ctl is DOWN"; exit 1')
     p = stubs.run(["sh", "-c", ANSWERS, "sh", "1"])
     assert p.returncode == 1 and "slurmctld does not answer after 1 s" in p.stderr
+
+
+# ---- providers/scripts/systemd_probe.sh: a mount unit's root is read -------------------------
+
+SHOW_MOUNT = "LoadState=loaded\nActiveState={state}\nUnitFileState=enabled\nNeedDaemonReload=no\nWhere=/mnt/data\n"
+
+
+@pytest.mark.parametrize("unit, state, stat_body, reach", [
+    ("mnt-data.mount", "active", 'echo "stat: cannot statx \'$4\': Stale file handle" >&2; exit 1',
+     "stat: cannot statx '/mnt/data/.': Stale file handle"),
+    ("mnt-data.mount", "active", "exit 0", "ok"),
+    ("mnt-data.mount", "inactive", "exit 1", None),   # not mounted: nothing to read
+    ("slurmd.service", "active", "exit 1", None),     # not a mount
+])
+def test_the_unit_probe_reads_an_active_mounts_root_once_shown(stubs, tmp_path, unit, state, stat_body, reach):
+    from components.providers.systemd import _PROBE, parse_unit_probe
+
+    (tmp_path / "show").write_text(SHOW_MOUNT.format(state=state))
+    # systemctl prints Where only when asked for it (and only a mount unit has one)
+    stubs.add("systemctl", f'case "$*" in show*"-p Where"*) cat {tmp_path / "show"} ;; '
+                           f'show*) grep -v ^Where= {tmp_path / "show"} ;; esac')
+    stubs.add("stat", stat_body)
+    p = stubs.run(["sh", "-c", _PROBE.replace("$PROPS", ""), "sh", unit])
+    obs = parse_unit_probe(p.stdout)
+    assert obs["reach"] == reach, p.stdout + p.stderr
+    assert obs["show"]["ActiveState"] == state
+    assert len(stubs.calls("systemctl")) == 1  # one `systemctl show` for states and the mount point
+    assert ("-p Where" in stubs.calls("systemctl")[0]) == unit.endswith(".mount")
