@@ -124,7 +124,12 @@ class SshTarget:
     connect_timeout_s: int = 10
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The fields that differ from their defaults (name and address always): a host
+        primitive's `conn`, twice in each resource's state (issue 16: ~1.7 KB a node);
+        `from_dict` fills the defaults back in, and diffs compare parsed targets."""
+        d = asdict(self)
+        return {k: v for k, v in d.items()
+                if k in ("name", "address") or v != self.__dataclass_fields__[k].default}
 
     @classmethod
     def from_dict(cls, d: dict) -> "SshTarget":

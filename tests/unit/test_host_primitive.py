@@ -306,6 +306,19 @@ def test_diff_same_host_reached_another_way_is_an_update(hosts, tmp_path, how):
     assert (d.changes, d.replaces) == (True, []) and hosts.sent == []
 
 
+def test_a_conn_recorded_with_every_default_spelled_out_is_the_same_target(hosts, tmp_path):
+    """`conn` leaves out fields at their defaults (issue 16); a state written before records
+    all of them, and diffs as no change."""
+    assert CONN == {"name": "node1", "address": "10.0.0.1"}
+    full = {**CONN, "port": 22, "user": "root", "identity_file": None, "known_hosts_file": None,
+            "proxy_jump": None, "use_ssh_config": True, "connect_timeout_s": 10}
+    assert SshTarget.from_dict(full) == SshTarget.from_dict(CONN)
+    p, id_, outs, props = created_file(tmp_path)
+    hosts.clear()
+    assert p.diff(id_, {**outs, "conn": full}, props).changes is False
+    assert hosts.sent == []
+
+
 def test_diff_another_host_name_is_a_replace(hosts, tmp_path):
     p, id_, outs, props = created_file(tmp_path)
     d = p.diff(id_, outs, {**props, "conn": {**CONN, "name": "node9"}})
