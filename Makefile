@@ -1,6 +1,7 @@
 # gpu-fleet: the two commands a fresh machine needs are `make setup` and `make test`.
 # Stack commands: make preview|up|destroy|refresh STACK=<lab|canary|full> [ARGS="..."]
 # A host gone for good: make forget STACK=<stack> NODE=<host> [ARGS=--yes]
+# A state from before bundles (issue 16): make migrate STACK=<stack> [ARGS=--dry-run]
 STACK ?= lab
 PULUMI := bin/pulumi
 # before every up: a lock a dead run left is reported (never cleared), a killed run's pending
@@ -16,7 +17,7 @@ OP := bash -c '. scripts/env.sh && exec python -m components.pending_hosts "$$@"
 PARALLEL ?= --parallel 32
 POLICY ?= --policy-pack policies $(if $(wildcard policies/stacks/$(STACK).json),--policy-pack-config policies/stacks/$(STACK).json)
 
-.PHONY: setup test preview up destroy refresh stack policy lab lab-down forget
+.PHONY: setup test preview up destroy refresh stack policy lab lab-down forget migrate
 
 # Set-up; as root it also brings the lab up and deploys the lab stack (GPU_FLEET_SETUP_LAB=0 skips).
 setup:
@@ -46,6 +47,12 @@ up: stack
 forget:
 	@test -n "$(NODE)" || { echo "usage: make forget STACK=<stack> NODE=<host> [ARGS=--yes]" >&2; exit 2; }
 	@bash -c '. scripts/env.sh && exec python -m components.forget "$$@"' forget $(STACK) $(NODE) $(ARGS)
+
+# A state written before bundles (a host's accounts, a node's Slurm files as one resource each):
+# fold its per-object resources into them, touching no host (components/migrate.py). Until it
+# ran, preview and up refuse, naming this command.
+migrate:
+	@bash -c '. scripts/env.sh && exec python -m components.migrate --stack "$$@"' migrate $(STACK) $(ARGS)
 
 refresh: stack
 	@$(OP) refresh $(STACK) -- $(PARALLEL) $(ARGS)

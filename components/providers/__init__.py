@@ -5,10 +5,11 @@ policies can match it.
 """
 
 from .account import Account
+from .bundle import Accounts, Files
 from .command import CommandWithVerify
 from .file import File
 from .packages import PackageSet
 from .payload import Payload
 from .systemd import SystemdUnit
 
-__all__ = ["Account", "CommandWithVerify", "File", "PackageSet", "Payload", "SystemdUnit"]
+__all__ = ["Account", "Accounts", "CommandWithVerify", "File", "Files", "PackageSet", "Payload", "SystemdUnit"]

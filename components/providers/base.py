@@ -242,6 +242,10 @@ class HostPrimitive(ResourceProvider):
         """What create must record about the host as it found it (to undo on delete)."""
         return {}
 
+    def complete_record(self, props: Props, observed: Observed, record: Props) -> Props:
+        """The record an apply works with: the one kept (an update), else `remember` now."""
+        return record if record else self.remember(props, observed)
+
     def public_inputs(self, props: Props) -> Props:
         """Inputs copied into outputs; drop secret payloads (content) here."""
         return dict(props)
@@ -269,8 +273,7 @@ class HostPrimitive(ResourceProvider):
     def apply(self, props: Props, record: Props) -> Props:
         conn = self._conn(props)
         observed = self.probe(conn, props)
-        if not record:
-            record = self.remember(props, observed)
+        record = self.complete_record(props, observed, record)
         for step in self.plan(props, observed, record):
             conn.run(step.argv, mutating=True, stdin=step.stdin, stdin_secret=step.stdin_secret)
         observed = self.probe(conn, props)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -76,3 +77,58 @@ def _stored(src: str, sha: str) -> Optional[str]:
 
 
 Validator = Callable[[Any, Callable[[str, Optional[str]], None]], None]
+
+
+# ---- bundles: each member validated as the resource it would be on its own ---------------------
+#: a bundle's type -> the type of its members (components/providers/bundle.py)
+BUNDLES = {P.ACCOUNTS: P.ACCOUNT, P.FILES: P.FILE}
+
+class _As:
+    """`of` with some attributes replaced; every other one is `of`'s."""
+
+    def __init__(self, of: Any, **given: Any):
+        self._of = of
+        self.__dict__.update(given)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._of, name)
+
+
+def _members(r: Any) -> list[Any]:
+    """A bundle's members as resources of the member type (name: bundle name and member path
+    or user), or the resource itself; none while a preview has not computed them."""
+    mtype = BUNDLES.get(getattr(r, "resource_type", None))
+    if mtype is None:
+        return [r]
+    props = P.snapshot(getattr(r, "props", None))
+    members = props.get("members")
+    if P.is_unknown(members) or not isinstance(members, list):
+        return []  # checked again with real values, as any unknown
+    out = []
+    for m in members:
+        if not isinstance(m, dict):
+            continue
+        what = m.get("path") or m.get("name")
+        out.append(_As(r, resource_type=mtype, props={**m, "conn": props.get("conn")},
+                       name=f"{getattr(r, 'name', '')} {P.text(what) if what else ''}".strip()))
+    return out
+
+
+def each_member(fn: "Validator", kind: str) -> "Validator":
+    """`fn` as the pack runs it: a bundle's members are validated as separate resources of the
+    member type would be (a resource policy once a member, a stack policy sees them in the
+    stack's resources), so a bundle cannot carry past a policy what a File or Account could not."""
+    if kind == "resource":
+        @functools.wraps(fn)
+        def resource_policy(args, report_violation):
+            if getattr(args, "resource_type", None) not in BUNDLES:
+                return fn(args, report_violation)
+            for m in _members(args):
+                fn(m, report_violation)
+        return resource_policy
+
+    @functools.wraps(fn)
+    def stack_policy(args, report_violation):
+        resources = [m for r in getattr(args, "resources", None) or [] for m in _members(r)]
+        return fn(_As(args, resources=resources), report_violation)
+    return stack_policy

@@ -11,6 +11,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from .common import each_member
 from . import exposure, hosts, identities, k3s, model, packages, relax, secrets, slurm, storage, web
 
 PACK_NAME = "gpu-fleet"
@@ -169,6 +170,6 @@ def policies() -> list:
         level = EnforcementLevel(levels[name])
         schema = None if name in relax.FIXED else REASON_SCHEMA
         cls = ResourceValidationPolicy if kind == "resource" else StackValidationPolicy
-        out.append(cls(name=name, description=desc, validate=fn, enforcement_level=level,
+        out.append(cls(name=name, description=desc, validate=each_member(fn, kind), enforcement_level=level,
                        config_schema=schema, severity=severity))
     return out

@@ -82,7 +82,7 @@ def test_full_stack_previews_its_k3s_retirement_before_slurm_takes_the_nodes(pro
     # batches of 4: gpu08..gpu11 wait on gpu04..gpu07
     assert set(by_urn[urn("gpu08-k3s-stop")]["dependencies"]) >= {urn(f"gpu{i:02d}-k3s-stop") for i in range(4, 8)}
     assert urn("gpu04-k3s-stop") not in by_urn[urn("gpu05-k3s-stop")]["dependencies"]
-    assert urn("gpu05-k3s-stop") in by_urn[urn("gpu05-munge-account")]["dependencies"]
+    assert urn("gpu05-k3s-stop") in by_urn[urn("gpu05-accounts")]["dependencies"]
     assert urn("gpu05-k3s-stop") in by_urn[urn("gpu05-slurm-apt-source")]["dependencies"]
 
 

@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from tests.procs import processes, providers_of, wait_for
-from tests.pulumi_cli import ROOT, PulumiProject
+
+from .programs import program_project
 
 STACK = "t"
 HOSTS = ("node1", "node2")
@@ -46,28 +47,12 @@ for i, name in enumerate({hosts!r}):
                       verify=["test", "-e", f"{{d}}/done"], delete=["rm", "-f", f"{{d}}/done"])
 '''
 
-# ssh's last argument is the remote command; a control check (-O check) answers "no master".
-FAKE_SSH = """#!/bin/sh
-for a; do case "$a" in check) exit 255 ;; esac; cmd="$a"; done
-exec /bin/sh -c "$cmd"
-"""
-
-
 class Run:
     def __init__(self, tmp: Path):
-        (tmp / "program").mkdir()
-        (tmp / "program" / "__main__.py").write_text(PROGRAM.format(hosts=HOSTS))
-        (tmp / "program" / "Pulumi.yaml").write_text(
-            "name: gpu-fleet\nruntime:\n  name: python\n  options:\n    virtualenv: .venv\nstackConfigDir: stacks\n")
-        self.proj = PulumiProject.copy_of(tmp, [tmp / "program" / "Pulumi.yaml", tmp / "program" / "__main__.py",
-                                                ROOT / "components"])
-        bin_dir = tmp / "fakessh"
-        bin_dir.mkdir()
-        (bin_dir / "ssh").write_text(FAKE_SSH)
-        (bin_dir / "ssh").chmod(0o755)
+        self.proj = program_project(tmp, PROGRAM.format(hosts=HOSTS))
         self.root, self.log = tmp / "hosts", tmp / "commands.jsonl"
         self.root.mkdir()
-        self.proj.env.update(PATH=f"{bin_dir}:{self.proj.env['PATH']}", GPU_FLEET_COMMAND_LOG=str(self.log))
+        self.proj.env.update(GPU_FLEET_COMMAND_LOG=str(self.log))
         self.proj.write_stack(STACK, f"config:\n  gpu-fleet:root: {self.root}\n")
         self.proj.init_stack(STACK, secrets=False)
 

@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from components.transport.ssh import MAX_SESSIONS
-from tests.pulumi_cli import ROOT, PulumiProject
+from tests.pulumi_cli import PulumiProject
+
+from .programs import program_project
 
 STACK = "t"
 HOLD_S = 3
@@ -36,24 +38,10 @@ for res, host, addr in json.loads(cfg.require("layout")):
                       verify=["test", "-e", f"{d}/done"], delete=["rm", "-rf", d])
 '''
 
-FAKE_SSH = """#!/bin/sh
-for a; do case "$a" in check) exit 255 ;; esac; cmd="$a"; done
-exec /bin/sh -c "$cmd"
-"""
-
-
 def project(tmp: Path, layout: list[tuple[str, str, str]]) -> PulumiProject:
-    (tmp / "program").mkdir()
-    (tmp / "program" / "__main__.py").write_text(PROGRAM.replace("{hold}", str(HOLD_S)))
-    (tmp / "program" / "Pulumi.yaml").write_text(
-        "name: gpu-fleet\nruntime:\n  name: python\n  options:\n    virtualenv: .venv\nstackConfigDir: stacks\n")
-    proj = PulumiProject.copy_of(tmp, [tmp / "program" / "Pulumi.yaml", tmp / "program" / "__main__.py",
-                                       ROOT / "components"])
-    (tmp / "fakessh").mkdir()
-    (tmp / "fakessh" / "ssh").write_text(FAKE_SSH)
-    (tmp / "fakessh" / "ssh").chmod(0o755)
+    proj = program_project(tmp, PROGRAM.replace("{hold}", str(HOLD_S)))
     (tmp / "hosts").mkdir()
-    proj.env.update(PATH=f"{tmp / 'fakessh'}:{proj.env['PATH']}", GPU_FLEET_COMMAND_LOG=str(tmp / "log.jsonl"))
+    proj.env.update(GPU_FLEET_COMMAND_LOG=str(tmp / "log.jsonl"))
     proj.write_stack(STACK, "config:\n  gpu-fleet:root: {}\n  gpu-fleet:layout: '{}'\n".format(
         tmp / "hosts", json.dumps(layout)))
     proj.init_stack(STACK, secrets=False)

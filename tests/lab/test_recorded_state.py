@@ -2,7 +2,9 @@
 `Account` whose recorded outputs had lost `uid` after a refresh of a host where the account
 was gone, so every later refresh died with `KeyError: 'uid'` in Account.probe_argv. Here the
 canary account (and its group) is removed by hand on node2, then refreshed twice, rolled
-out, and refreshed again: every step works from what the one before recorded."""
+out, and refreshed again: every step works from what the one before recorded. The account is
+a member of node2's `Accounts` bundle (issue 16), whose outputs keep each member's inputs
+apart from its observed state."""
 
 from __future__ import annotations
 
@@ -16,8 +18,12 @@ USER = "fleetcanary"
 
 
 def canary_account(proj: PulumiProject) -> dict:
+    """The canary member of node2's accounts: its recorded inputs, observed state and record."""
     state = json.loads(proj.run("stack", "export", "--stack", "lab").stdout)
-    return next(r for r in state["deployment"]["resources"] if r["urn"].endswith("::node2-canary-account"))
+    outs = next(r for r in state["deployment"]["resources"] if r["urn"].endswith("::node2-accounts"))["outputs"]
+    member = next(m for m in outs["members"] if m["name"] == USER)
+    key = f"account:{USER}"
+    return {"inputs": member, "state": outs["state"][key], "record": outs["records"][key]}
 
 
 def test_an_account_removed_by_hand_refreshes_twice_and_converges(lab, tmp_path):
@@ -25,14 +31,15 @@ def test_an_account_removed_by_hand_refreshes_twice_and_converges(lab, tmp_path)
     proj.init_stack("lab")
     try:
         proj.run("up", "--yes", "--stack", "lab", "--skip-preview", timeout=1200)
-        uid = canary_account(proj)["outputs"]["uid"]
+        uid = canary_account(proj)["state"]["uid"]
         ssh("node2", f"userdel {USER}; getent group {USER} >/dev/null && groupdel {USER}; true")
         for _ in range(2):  # a refresh of the absent account, then one from what it recorded
             r = proj.run("refresh", "--yes", "--stack", "lab", "--skip-preview", check=False, timeout=900)
             assert r.returncode == 0 and "KeyError" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
-            outs = canary_account(proj)["outputs"]
-            kept = {**outs, **(outs.get("_inputs") or {})}  # the stack's values the next probe reuses
-            assert kept.get("uid") == uid and kept.get("name") == USER, outs
+            acct = canary_account(proj)
+            # the stack's values the next probe reuses, and what create made (to undo), kept
+            assert acct["inputs"]["uid"] == uid and acct["inputs"]["name"] == USER, acct
+            assert acct["state"]["uid"] is None and "created_user" in acct["record"], acct
         proj.run("up", "--yes", "--stack", "lab", "--skip-preview", timeout=1200)
         assert ssh("node2", f"id -u {USER}").stdout.strip() == str(uid)
         proj.run("refresh", "--yes", "--stack", "lab", "--skip-preview", timeout=900)

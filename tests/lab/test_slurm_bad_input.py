@@ -23,7 +23,7 @@ def test_uid_drift_stops_the_rollout_and_no_partition_serves(drifted_node2, tmp_
         p = proj.run("up", "--yes", "--stack", "lab", check=False, timeout=900)
         out = p.stdout + p.stderr
         assert p.returncode != 0
-        assert "host node2" in out or "node2-slurm-account" in out, out
+        assert "host node2" in out or "node2-accounts" in out, out
         assert "user slurm exists with uid 64999, the stack fixes uid 64030" in out, out
         assert "never renumbers" in out
         # node2 was left as it was, and the production partition is not serving.

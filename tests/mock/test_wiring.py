@@ -124,8 +124,9 @@ def test_identities_come_before_packages_on_every_host(graph):
 
     def check(_):
         for h in ("storage", "gpu01", "gpu02", "gpu03"):
-            for who in ("munge", "slurm", "canary"):
-                assert f"{h}-{who}-account" in graph.deps[f"{h}-slurm-packages"], (h, who)
+            assert f"{h}-accounts" in graph.deps[f"{h}-slurm-packages"], h
+            users = [m["name"] for m in graph.inputs[f"{h}-accounts"]["members"]]
+            assert users == ["munge", "slurm", "fleetcanary"], (h, users)
             assert graph.before(f"{h}-slurm-packages", f"{h}-munge-key")
 
     return settled(fleet).apply(check)

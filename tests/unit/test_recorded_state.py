@@ -45,6 +45,9 @@ from components.providers import base
 from components.providers import file as file_module
 from components.providers.account import AccountProvider
 from components.providers.base import HostPrimitive, recorded_inputs
+from components.providers import bundle as bundle_module
+from components.providers.bundle import AccountsProvider, BundleProvider, FilesProvider
+from components.providers.stored import store_text
 from components.providers.command import CommandWithVerifyProvider
 from components.providers.file import FileProvider, backup_path, sha256_text
 from components.providers.packages import PackageSetProvider
@@ -149,6 +152,40 @@ def _file_case(tmp_path: Path, monkeypatch) -> tuple[dict, LocalHost]:
         path.chmod(0o640 if state == "there" else 0o600)
 
     return props, LocalHost(monkeypatch, arrange)
+
+
+def _files_case(tmp_path: Path, monkeypatch) -> tuple[dict, LocalHost]:
+    """A bundle of two Files by hash in a directory that create makes."""
+    monkeypatch.setenv("GPU_FLEET_STORE_DIR", str(tmp_path / "store"))
+    d = tmp_path / "etc" / "slurm"
+    texts = {d / "a.conf": "a=1\n", d / "b.conf": "b=1\n"}
+    members = []
+    for path, text in texts.items():
+        source, sha = store_text(text)
+        members.append({"path": str(path), "source": source, "source_sha256": sha, "mode": "0644",
+                        "owner": ME, "group": MY_GROUP, "validate": None, "secret": False})
+    props = {"conn": CONN, "bundle": "node1-slurm-config", "members": members}
+
+    def arrange(state: str) -> None:
+        shutil.rmtree(d, ignore_errors=True)
+        if state == "absent":
+            return
+        d.mkdir(parents=True)
+        for i, (path, text) in enumerate(texts.items()):
+            if state == "there" or i == 0:  # partly: the first written, the second not yet
+                path.write_text(text)
+                path.chmod(0o644)
+
+    return props, LocalHost(monkeypatch, arrange)
+
+
+def _accounts_case(tmp_path: Path, monkeypatch) -> tuple[dict, CannedHost]:
+    """A bundle of one account (the canned host answers one probe command)."""
+    props, host = _account_case(tmp_path, monkeypatch)
+    bundled = {"conn": CONN, "bundle": "node1-accounts", "members": [{k: v for k, v in props.items() if k != "conn"}]}
+    host.probe = display(AccountsProvider().probe_argv(bundled))
+    host.answers = {k: f"{v}{bundle_module._END}\n" for k, v in host.answers.items()}  # the member's end
+    return bundled, host
 
 
 def _payload_case(tmp_path: Path, monkeypatch) -> tuple[dict, LocalHost]:
@@ -308,6 +345,8 @@ CASES: dict[type, Case] = {
     PayloadProvider: Case(_payload_case, before="original", extra_states=("original",)),
     CommandWithVerifyProvider: Case(_command_case),
     AccountProvider: Case(_account_case),
+    FilesProvider: Case(_files_case),
+    AccountsProvider: Case(_accounts_case),
     PackageSetProvider: Case(_packages_case),
     SystemdUnitProvider: Case(_unit_case),
     ZfsDatasetsProvider: Case(_zfs_case, extra_states=("pool-gone",),
@@ -327,7 +366,8 @@ def host_primitives() -> set[type]:
     for m in pkgutil.walk_packages(components.__path__, "components."):
         if not m.name.endswith("__main__"):
             importlib.import_module(m.name)
-    return {c for c in _subclasses(HostPrimitive) if c.__module__.startswith("components.")}
+    return {c for c in _subclasses(HostPrimitive) if c.__module__.startswith("components.")
+            and c is not BundleProvider}  # the bundles' base, which names no member kind
 
 
 def test_every_host_primitive_is_in_the_table():

@@ -28,7 +28,7 @@ from ...admission import Admission
 from ...config import FleetConfig, HostSpec
 from ...hosts import conn_input
 from ...scripts import script
-from ...providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
+from ...providers import Accounts, CommandWithVerify, File, Files, PackageSet, SystemdUnit
 from ..acceptance.gate import JobPaths, JobSpec
 from .packages import SlurmPackages
 from .render import SLURM_ETC, render_cgroup_conf, render_gres_conf, render_slurm_conf
@@ -125,14 +125,12 @@ class SlurmCluster(pulumi.ComponentResource):
             conn = conn_input(host, cfg.ssh, root)
             h = host.name
             parent = pulumi.ResourceOptions(parent=self, depends_on=list(inputs.node_after.get(h, ())))
-            ids = [
-                Account(f"{h}-munge-account", conn=conn, user="munge", uid=s.munge_uid, gid=s.munge_gid,
-                        home="/nonexistent", opts=parent),
-                Account(f"{h}-slurm-account", conn=conn, user="slurm", uid=s.slurm_uid, gid=s.slurm_gid,
-                        home="/nonexistent", opts=parent),
-                Account(f"{h}-canary-account", conn=conn, user=s.canary_user, uid=s.canary_uid,
-                        gid=s.canary_uid, home="/nonexistent", shell="/bin/sh", opts=parent),
-            ]
+            # one resource for the host's three service accounts (issue 16: bundle.py); its
+            # alias names the first of the three resources an earlier release kept
+            ids = [Accounts(f"{h}-accounts", conn=conn, legacy=f"{h}-munge-account", opts=parent, accounts=[
+                {"user": "munge", "uid": s.munge_uid, "gid": s.munge_gid},
+                {"user": "slurm", "uid": s.slurm_uid, "gid": s.slurm_gid},
+                {"user": s.canary_user, "uid": s.canary_uid, "gid": s.canary_uid, "shell": "/bin/sh"}])]
             pkgs = PackageSet(f"{h}-slurm-packages", conn=conn, packages=packages, hold=True,
                               opts=pulumi.ResourceOptions(
                                   parent=self, depends_on=[*ids, self.packages.sources[h], *after]))
@@ -143,16 +141,20 @@ class SlurmCluster(pulumi.ComponentResource):
                                 opts=pulumi.ResourceOptions(parent=self, depends_on=[key]))
             # The controller's slurm.conf is validated in isolation before it is put in place;
             # node copies follow only once it was. The controller's copies carry the text (so
-            # `preview --diff` shows it once); a node's carry its SHA-256 and the local store's
-            # path (File by_hash, issue 16): the same text, but O(1) state a node, not O(fleet).
-            written = {name: File(f"{h}-{name}", conn=conn, path=f"{SLURM_ETC}/{name}", content=text,
-                                  mode="0644", by_hash=is_node,
-                                  validate=None if is_node or name != "slurm.conf"
-                                  else validate_argv(f"{SLURM_ETC}/{name}"),
-                                  opts=pulumi.ResourceOptions(parent=self, depends_on=[pkgs, *ctl_conf]))
-                       for name, text in confs.items()}
-            files = list(written.values())
-            if not is_node:
+            # `preview --diff` shows it once), a File each; a node's three are one resource
+            # (issue 16: bundle.py) whose members carry each text's SHA-256 and the local
+            # store's path: the same texts, but O(1) state a node, not O(fleet).
+            after_ctl = pulumi.ResourceOptions(parent=self, depends_on=[pkgs, *ctl_conf])
+            if is_node:
+                files: list[pulumi.Resource] = [Files(
+                    f"{h}-slurm-config", conn=conn, legacy=f"{h}-slurm.conf", opts=after_ctl,
+                    files=[{"path": f"{SLURM_ETC}/{name}", "content": text} for name, text in confs.items()])]
+            else:
+                written = {name: File(f"{h}-{name}", conn=conn, path=f"{SLURM_ETC}/{name}", content=text,
+                                      mode="0644", validate=validate_argv(f"{SLURM_ETC}/{name}")
+                                      if name == "slurm.conf" else None, opts=after_ctl)
+                           for name, text in confs.items()}
+                files = list(written.values())
                 ctl_conf.append(written["slurm.conf"])
                 ctl_base.extend([*ids, pkgs, munge])
             deps: list[pulumi.Resource] = [munge, *files]
