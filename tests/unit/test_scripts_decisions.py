@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -359,6 +360,8 @@ SHOW_MOUNT = "LoadState=loaded\nActiveState={state}\nUnitFileState=enabled\nNeed
     ("mnt-data.mount", "active", "exit 0", "ok"),
     ("mnt-data.mount", "inactive", "exit 1", None),   # not mounted: nothing to read
     ("slurmd.service", "active", "exit 1", None),     # not a mount
+    # a stat that does not end (a server gone): not waited on past 5 s, whatever signals it ignores
+    ("mnt-data.mount", "active", "trap '' TERM INT; sleep 30", "stat timed out after 5 s"),
 ])
 def test_the_unit_probe_reads_an_active_mounts_root_once_shown(stubs, tmp_path, unit, state, stat_body, reach):
     from components.providers.systemd import _PROBE, parse_unit_probe
@@ -368,7 +371,9 @@ def test_the_unit_probe_reads_an_active_mounts_root_once_shown(stubs, tmp_path, 
     stubs.add("systemctl", f'case "$*" in show*"-p Where"*) cat {tmp_path / "show"} ;; '
                            f'show*) grep -v ^Where= {tmp_path / "show"} ;; esac')
     stubs.add("stat", stat_body)
+    start = time.monotonic()
     p = stubs.run(["sh", "-c", _PROBE.replace("$PROPS", ""), "sh", unit])
+    assert time.monotonic() - start < 8
     obs = parse_unit_probe(p.stdout)
     assert obs["reach"] == reach, p.stdout + p.stderr
     assert obs["show"]["ActiveState"] == state

@@ -4,6 +4,7 @@
 # systemd.py replaces it with the "-p Name" options of the live properties it checks.
 
 u="$1"; shift
+REACH_S=5
 for f in "$@"; do
   if [ -f "$f" ]; then echo "file $f $(sha256sum -- "$f" | cut -d' ' -f1)"; else echo "file $f absent"; fi
 done
@@ -18,5 +19,22 @@ printf '%s\n' "$show"
 where=$(printf '%s\n' "$show" | sed -n 's/^Where=//p')
 if [ -n "$where" ] && printf '%s\n' "$show" | grep -qx 'ActiveState=active'; then
   echo "== reach"
-  if err=$(timeout -k 2 10 stat -c %d -- "$where/." 2>&1 >/dev/null); then echo ok; else echo "${err:-stat timed out}"; fi
+  # In the background, and never waited on past REACH_S: a stat stuck in the kernel on a mount
+  # whose server is gone (FUSE waits for its daemon's reply, killable or not) would hold this
+  # probe, and every probe sharing its round trip, for as long as the server's own timeout.
+  # It keeps no descriptor of the session, so the session ends without it.
+  err=$(mktemp) || exit 1
+  stat -c %d -- "$where/." </dev/null >/dev/null 2>"$err" &
+  pid=$!
+  n=0
+  while kill -0 "$pid" 2>/dev/null && [ "$n" -lt $((REACH_S * 10)) ]; do sleep 0.1; n=$((n + 1)); done
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -9 "$pid" 2>/dev/null
+    echo "stat timed out after $REACH_S s"
+  elif wait "$pid"; then
+    echo ok
+  else
+    msg=$(cat "$err"); echo "${msg:-stat failed}"
+  fi
+  rm -f "$err"
 fi
