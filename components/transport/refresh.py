@@ -52,7 +52,6 @@ class HostReading:
         self._held: dict[str, "Result"] = {}
         self._at = 0.0
         self._taken = False  # a reading was taken (until a mutating command)
-        self._used: set[str] = set()  # lines answered from the current reading
         self._asked: dict[str, Optional[str]] = {}  # line -> resource, this run's refresh reads
         self._previous: Optional[dict[str, Optional[str]]] = None  # the last run's, read once
 
@@ -86,12 +85,15 @@ class HostReading:
             if self._held and time.monotonic() - self._at > MAX_AGE_S:
                 self._held.clear()
             if line in self._held:
-                self._used.add(line)
                 return self._held.pop(line)
-            if self._taken and line not in self._used:
-                return None  # not in the reading: probed as usual
-            # the first refresh read, or one the reading already answered (a second refresh)
-            self._taken, self._held, self._used = True, {}, set()
+            if self._taken:
+                # not in the reading, or already answered from it (two resources with one probe
+                # command, a second refresh): probed as usual, alone. A second whole reading
+                # would cost as much as the first for one line (30 s a host once, on the lab,
+                # behind a mount whose server was gone).
+                return None
+            # the first refresh read since the host last changed
+            self._taken, self._held = True, {}
             want = {**self._previous, **self._asked}
             if len(want) < 2:
                 return None  # nothing remembered: nothing to gain
@@ -99,12 +101,10 @@ class HostReading:
             results = read_all(lines, [want[x] for x in lines])
             self._held = dict(zip(lines, results))
             self._at = time.monotonic()
-            self._used.add(line)
             return self._held.pop(line)
 
     def forget(self) -> None:
         """A mutating command went to the host: what was read before may no longer hold."""
         with self._lock:
             self._held.clear()
-            self._used.clear()
             self._taken = False

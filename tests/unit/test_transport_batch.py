@@ -154,10 +154,11 @@ def test_the_first_refresh_read_takes_the_hosts_reading_and_the_rest_are_answere
     assert r.answer("c", "File c", read_all).stdout == "out of c"
     assert r.answer("new", "File new", read_all) is None  # not in the reading: probed as usual
     assert len(calls) == 1
-    # the next refresh (a line the reading already answered) reads the host again, with what
-    # this run asked: the lines of this run, remembered for the next
-    assert r.answer("a", "File a", read_all).stdout == "out of a"
-    assert calls[1][0] == ["a", "b", "c", "new"]
+    # a line the reading already answered (a second resource with the same probe command, a
+    # second refresh) is probed as usual, alone: not a second whole reading
+    assert r.answer("a", "File a", read_all) is None
+    assert len(calls) == 1
+    # the lines this run asked are remembered for the next run
     assert [p["line"] for p in json.loads(r._path.read_text())["probes"]] == ["b", "a", "c", "new"]
 
 
