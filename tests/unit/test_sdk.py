@@ -67,14 +67,17 @@ def test_tune_drops_only_the_registration_debug_lines(monkeypatch):
 
     import pulumi.runtime.resource_cycle_breaker as cycles
     import pulumi.runtime.rpc as rpc
+    import pulumi.runtime.rpc_manager as rpc_manager
 
     for mod, name in ((resource, "log"), (resource, "_get_stack_trace"), (stack, "asyncio"),
-                      (cycles, "declare_dependency"), (rpc, "declare_dependency")):
+                      (cycles, "declare_dependency"), (rpc, "declare_dependency"), (rpc_manager, "log"),
+                      (rpc, "contains_unknowns")):
         monkeypatch.setattr(mod, name, getattr(mod, name))
     monkeypatch.setattr(stack, "_gpu_fleet_tuned", False, raising=False)
     sdk.tune()
     assert resource.log is not pulumi.log and resource.log.debug("x") is None
     assert resource.log.warn is pulumi.log.warn and pulumi.log.debug is not resource.log.debug
+    assert rpc_manager.log is resource.log and rpc.contains_unknowns is sdk.contains_unknowns
     assert list(resource._get_stack_trace().frames) == []
     assert stack.asyncio.wait is sdk._wait and stack.asyncio.FIRST_COMPLETED == asyncio.FIRST_COMPLETED
     assert rpc.declare_dependency is sdk.declare_dependency is cycles.declare_dependency
@@ -115,3 +118,33 @@ def test_the_provider_host_replaces_the_sdks_server_as_it_is_built(tmp_path, mon
     monkeypatch.setattr(provider_host.importlib.util, "find_spec", lambda name: Spec())
     with pytest.raises(provider_host.SdkChanged, match="revisit components/provider_host.py"):
         provider_host.check()
+
+
+def test_the_unknown_check_agrees_with_the_sdks_on_every_value(monkeypatch):
+    """Random nested values with and without unknowns (a shared sub-value and a cycle too)."""
+    import random
+
+    import pulumi.output as output
+    import pulumi.runtime.rpc as rpc
+
+    theirs = rpc.contains_unknowns
+    assert theirs is not sdk.contains_unknowns  # the SDK's own (test_tune_... puts it back)
+    monkeypatch.setattr(sdk, "_Unknown", output.Unknown)
+    rnd = random.Random(16)
+
+    def value(depth: int):
+        r = rnd.random()
+        if depth > 3 or r < 0.4:
+            return rnd.choice([output.UNKNOWN if rnd.random() < 0.05 else None, "x", 3, 2.5, True, b"b", ("t",)])
+        if r < 0.7:
+            return {str(i): value(depth + 1) for i in range(rnd.randrange(4))}
+        return [value(depth + 1) for _ in range(rnd.randrange(4))]
+
+    for _ in range(2000):
+        v = value(0)
+        assert sdk.contains_unknowns(v) == theirs(v), v
+    shared = [output.UNKNOWN]
+    cyclic: list = [1, {"a": shared, "b": shared}]
+    cyclic.append(cyclic)
+    assert sdk.contains_unknowns(cyclic) is theirs(cyclic) is True
+    assert sdk.contains_unknowns("x") is sdk.contains_unknowns([[], {}]) is False
