@@ -256,7 +256,7 @@ class HostPrimitive(ResourceProvider):
         public = self.public_inputs(props)
         state = self.state(props, observed)
         shadowed = {k: public[k] for k in state if public.get(k) is not None}
-        return {**public, **record, **state, INPUTS: shadowed}
+        return {**public, **record, **state, **({INPUTS: shadowed} if shadowed else {})}
 
     # ---- machinery -------------------------------------------------------------
     def _conn(self, props: Props) -> Connection:
