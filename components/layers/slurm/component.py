@@ -110,7 +110,10 @@ class SlurmCluster(pulumi.ComponentResource):
         restart = pulumi.Output.all(self.slurm_conf, self.gres_conf).apply(
             lambda t: restart_key(t[0], self.cgroup_conf, t[1]))
         conf_hash = self.slurm_conf.apply(lambda t: _sha(t)[:16])
-        key_hash = munge_key.apply(lambda k: _sha(k)[:16])
+        # the daemons' restart trigger for a new key: 64 bits of the SHA-256 of 1024 random bytes
+        # say nothing of the key, so in the clear (as a secret it was a ciphertext twice in
+        # each daemon's state: ~0.6 KB a node, issue 16); the key itself stays a secret
+        key_hash = pulumi.Output.unsecret(munge_key.apply(lambda k: _sha(k)[:16]))
 
         ctl = cfg.hosts.controller
         self.packages = SlurmPackages(cfg, root, pulumi.ResourceOptions(parent=self), inputs.node_after)
