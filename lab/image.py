@@ -98,6 +98,14 @@ ExecStart=/bin/sh -c '[ "$$(stat -fc %%T /sys/fs/cgroup)" = tmpfs ] || exit 0; f
 WantedBy=sysinit.target
 UNIT
 systemctl enable gpu-fleet-lab-cgroup-rw.service >/dev/null 2>&1
+# Keep each user's manager (user@<uid>.service) between SSH sessions. On the controller, booted
+# with the legacy cgroup hierarchy, systemd in the container gets no notice that a stopped
+# user manager's cgroup emptied, so the stop logind asks for 10 s after the last session waits
+# out its timeouts (~2 min, "Processes still around after final SIGKILL"), and every login in
+# that window waits for the manager to start again: 60 s SSH connects to ctl, the first one
+# failing (bench/README.md, fanout.py).
+mkdir -p /etc/systemd/logind.conf.d
+printf '[Login]\\nUserStopDelaySec=infinity\\n' > /etc/systemd/logind.conf.d/gpu-fleet-lab.conf
 # test users for the transport's sudo handling (key login; no usable password)
 useradd -m -u {ADMIN_UID} -U -s /bin/bash fleetadmin
 useradd -m -u {NOPW_UID} -U -s /bin/bash fleetnopw
