@@ -36,7 +36,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from .forget import references, resources_of
 from .providers.bundle import AccountsProvider, BundleProvider, FilesProvider
@@ -94,6 +94,19 @@ def _has_secret(value: Any) -> bool:
     return False
 
 
+def _union(lists: Iterable[Optional[list[str]]], renamed: Optional[dict[str, str]] = None,
+           drop: frozenset[str] | set[str] = frozenset()) -> list[str]:
+    """The URNs of `lists` in first-seen order, each once: renamed where `renamed` says, those
+    in `drop` left out."""
+    out: list[str] = []
+    for urns in lists:
+        for u in urns or []:
+            u = (renamed or {}).get(u, u)
+            if u not in drop and u not in out:
+                out.append(u)
+    return out
+
+
 def groups(resources: list[Resource]) -> list[tuple[Fold, str, list[Resource]]]:
     """(fold, bundle URN, old resources in the fold's member order) for each group in the state."""
     found: dict[tuple[int, str], dict[str, Resource]] = {}
@@ -147,13 +160,8 @@ def bundle_of(fold: Fold, urn: str, old: list[Resource]) -> Resource:
         state[key] = {k: outs.get(k) for k in member.desired(props)}
     pickled = serialize_provider(provider)
     gone = {r["urn"] for r in old}
-    deps: list[str] = []
-    for r in old:
-        deps += [d for d in r.get("dependencies") or [] if d not in gone and d not in deps]
-    member_deps: list[str] = []
-    for r in old:
-        for ds in (r.get("propertyDependencies") or {}).values():
-            member_deps += [d for d in ds or [] if d not in gone and d not in member_deps]
+    deps = _union((r.get("dependencies") for r in old), drop=gone)
+    member_deps = _union((ds for r in old for ds in (r.get("propertyDependencies") or {}).values()), drop=gone)
     res: Resource = {
         "urn": urn, "custom": True, "id": f"{_host(first)}:{name}", "type": fold.bundle_type,
         "inputs": {"__provider": pickled, "bundle": name, "conn": conn, "members": members},
@@ -220,14 +228,6 @@ def migrate(state: dict) -> tuple[dict, list[tuple[str, list[str]]]]:
     if not made:
         return state, []
 
-    def point(urns: list[str]) -> list[str]:
-        out: list[str] = []
-        for u in urns or []:
-            u = renamed.get(u, u)
-            if u not in out:
-                out.append(u)
-        return out
-
     new: list[Resource] = []
     for r in resources:
         if r["urn"] in replacing:
@@ -236,9 +236,9 @@ def migrate(state: dict) -> tuple[dict, list[tuple[str, list[str]]]]:
             continue
         r = dict(r)
         if r.get("dependencies"):
-            r["dependencies"] = point(r["dependencies"])
+            r["dependencies"] = _union([r["dependencies"]], renamed)
         if r.get("propertyDependencies"):
-            r["propertyDependencies"] = {k: point(v) for k, v in r["propertyDependencies"].items()}
+            r["propertyDependencies"] = {k: _union([v], renamed) for k, v in r["propertyDependencies"].items()}
         if r.get("deletedWith") in renamed:
             r["deletedWith"] = renamed[r["deletedWith"]]
         new.append(r)

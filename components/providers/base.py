@@ -32,7 +32,7 @@ import contextlib
 import functools
 import ipaddress
 from dataclasses import dataclass
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 from pulumi.output import Unknown
@@ -156,6 +156,12 @@ def _from_record(kind: str, id_: str, props: Props) -> Iterator[None]:
         ) from None
 
 
+def run_steps(conn: Connection, steps: Iterable[Step]) -> None:
+    """Send planned steps in order, each a mutating command (secret stdin masked)."""
+    for step in steps:
+        conn.run(step.argv, mutating=True, stdin=step.stdin, stdin_secret=step.stdin_secret)
+
+
 def has_unknown(value: Any) -> bool:
     """Whether a value holds one the engine has not computed yet (a preview's unknown)."""
     if isinstance(value, Unknown):
@@ -274,8 +280,7 @@ class HostPrimitive(ResourceProvider):
         conn = self._conn(props)
         observed = self.probe(conn, props)
         record = self.complete_record(props, observed, record)
-        for step in self.plan(props, observed, record):
-            conn.run(step.argv, mutating=True, stdin=step.stdin, stdin_secret=step.stdin_secret)
+        run_steps(conn, self.plan(props, observed, record))
         observed = self.probe(conn, props)
         left = self.plan(props, observed, record)
         if left:
@@ -330,8 +335,7 @@ class HostPrimitive(ResourceProvider):
         with _from_record(kind_of(self), _id, props):
             conn = self._conn(props)
             steps = self.plan_delete(props, self.probe(conn, props))
-        for step in steps:
-            conn.run(step.argv, mutating=True, stdin=step.stdin, stdin_secret=step.stdin_secret)
+        run_steps(conn, steps)
 
 
 class RolloutCheck(ResourceProvider):

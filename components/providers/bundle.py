@@ -7,8 +7,8 @@ parent, provider reference, dependencies, `conn`, the pickled provider).
 
 Each member is still the member kind's own object: its probe, plan, delete and records are
 the member provider's, unchanged. The bundle keys them by the member's `key` (a path,
-`account:<name>`) and sends their probes at once, so they share one round trip
-(transport/batch.py). A member the stack drops is deleted as its own resource would have
+`account:<name>`) and sends their probes as one command (one round trip, one line in a
+refresh's reading of the host: transport/refresh.py). A member the stack drops is deleted as its own resource would have
 been (its recorded original restored, the account it created removed); a new member is
 created with its own record.
 
@@ -32,9 +32,8 @@ from pulumi.dynamic import DiffResult, Resource, UpdateResult
 
 from ..transport.command import Piece, shell_join
 from .account import AccountProvider
-from .base import FleetError, HostPrimitive, Observed, Props, Step, _entry, target_of
-from .file import FileProvider
-from .stored import store_text
+from .base import FleetError, HostPrimitive, Observed, Props, Step, _entry, run_steps, target_of
+from .file import FileProvider, stored_source
 
 MIGRATE = "make migrate STACK=<stack>"
 _END = "@@gpu-fleet-bundle-member"
@@ -119,16 +118,14 @@ class BundleProvider(HostPrimitive):
     @_entry
     def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
         """Members the stack dropped are deleted first, then the bundle is applied."""
-        old = {**olds, "members": olds.get("members") or []}
         keep = set(self.members(news))
-        gone = {k: m for k, m in self.members(old).items() if k not in keep}
+        gone = {k: m for k, m in self.members(olds).items() if k not in keep}
         records = olds.get("records") or {}
         if gone:
             conn = self._conn(news)
-            dropped = {**old, "members": [{x: v for x, v in m.items() if x != "conn"} for m in gone.values()],
+            dropped = {**olds, "members": [{x: v for x, v in m.items() if x != "conn"} for m in gone.values()],
                        "records": {k: records.get(k) or {} for k in gone}}
-            for step in self.plan_delete(dropped, self.probe(conn, dropped)):
-                conn.run(step.argv, mutating=True, stdin=step.stdin, stdin_secret=step.stdin_secret)
+            run_steps(conn, self.plan_delete(dropped, self.probe(conn, dropped)))
         return UpdateResult(outs=self.apply(news, {"records": {k: v for k, v in records.items() if k in keep}}))
 
     def _refuse_unmigrated(self, _id: str, olds: Props, news: Props) -> None:
@@ -177,14 +174,9 @@ class Files(Resource, module="host", name="Files"):
 
     def __init__(self, name: str, *, conn: dict, files: list[dict], legacy: Optional[str] = None,
                  opts: Optional[pulumi.ResourceOptions] = None):
-        members = []
-        for f in files:
-            text = f["content"]
-            stored = store_text(text) if isinstance(text, str) else None
-            source = stored if stored else pulumi.Output.from_input(text).apply(store_text)
-            members.append({"path": f["path"],
-                            "source": source[0], "source_sha256": source[1],
-                            "mode": f.get("mode", "0644"), "owner": f.get("owner", "root"),
-                            "group": f.get("group", "root"), "validate": f.get("validate"), "secret": False})
+        members = [{"path": f["path"], **stored_source(f["content"]),
+                    "mode": f.get("mode", "0644"), "owner": f.get("owner", "root"),
+                    "group": f.get("group", "root"), "validate": f.get("validate"), "secret": False}
+                   for f in files]
         super().__init__(FilesProvider(), name, {"conn": conn, "bundle": name, "members": members},
                          _legacy(opts, legacy, "File"))

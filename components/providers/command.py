@@ -19,7 +19,7 @@ from pulumi.dynamic import Resource
 
 from ..transport import HostError
 from ..transport.command import Piece, display, mask, secrets_of
-from .base import HostPrimitive, NotConverged, Observed, Props, Step, _entry
+from .base import HostPrimitive, NotConverged, Observed, Props, Step, _entry, run_steps
 
 
 def inputs_hash(props: Props) -> str:
@@ -81,8 +81,7 @@ class CommandWithVerifyProvider(HostPrimitive):
         if props.get("preexisting") is None and "preexisting" in record:
             props = {**props, "preexisting": record["preexisting"]}
         rerun = record.get("inputs_hash") != inputs_hash(props)
-        for step in self.plan(props, {"verified": False} if rerun else self.probe(conn, props), {}):
-            conn.run(step.argv, mutating=True, stdin=step.stdin, stdin_secret=step.stdin_secret)
+        run_steps(conn, self.plan(props, {"verified": False} if rerun else self.probe(conn, props), {}))
         rc, output = verify_outcome(conn.run(self.probe_argv(props), mutating=False).stdout)
         if rc != 0:
             stdin = props.get("create_stdin")

@@ -58,6 +58,16 @@ def read_source(props: Props) -> bytes:
     return data
 
 
+def stored_source(content: pulumi.Input[str]) -> dict:
+    """A by-hash file's inputs for `content`: the local store's path of its text and the text's
+    SHA-256 (stored now for a str, once computed for an Output)."""
+    if isinstance(content, str):
+        source, sha = store_text(content)
+        return {"source": source, "source_sha256": sha}
+    stored = pulumi.Output.from_input(content).apply(store_text)
+    return {"source": stored[0], "source_sha256": stored[1]}
+
+
 def norm_mode(mode: str) -> str:
     """'0644' and '644' are the same mode; `stat %a` prints the short form."""
     return format(int(str(mode), 8), "o")
@@ -183,12 +193,7 @@ class File(Resource, module="host", name="File"):
             if secret:
                 raise ValueError(f"File {name}: a secret's content stays inline (encrypted by the engine), "
                                  "never in the local store")
-            if isinstance(content, str):
-                source, sha = store_text(content)
-                body = {"source": source, "source_sha256": sha}
-            else:
-                stored = pulumi.Output.from_input(content).apply(store_text)
-                body = {"source": stored[0], "source_sha256": stored[1]}
+            body = stored_source(content)
         else:
             body = {"content": content}
         super().__init__(

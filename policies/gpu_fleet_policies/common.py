@@ -83,6 +83,7 @@ Validator = Callable[[Any, Callable[[str, Optional[str]], None]], None]
 #: a bundle's type -> the type of its members (components/providers/bundle.py)
 BUNDLES = {P.ACCOUNTS: P.ACCOUNT, P.FILES: P.FILE}
 
+
 class _As:
     """`of` with some attributes replaced; every other one is `of`'s."""
 
@@ -121,9 +122,7 @@ def each_member(fn: "Validator", kind: str) -> "Validator":
     if kind == "resource":
         @functools.wraps(fn)
         def resource_policy(args, report_violation):
-            if getattr(args, "resource_type", None) not in BUNDLES:
-                return fn(args, report_violation)
-            for m in _members(args):
+            for m in _members(args):  # the resource itself unless it is a bundle
                 fn(m, report_violation)
         return resource_policy
 

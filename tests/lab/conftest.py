@@ -161,10 +161,6 @@ def _module_probe_memory(tmp_path_factory):
     first refresh of a host then sends only what that module's stacks probed, not every line
     earlier modules' stacks left on the same hosts (slow ones included: a stopped daemon's
     reachability check waits for its timeout)."""
-    before = os.environ.get("GPU_FLEET_PROBE_DIR")
-    os.environ["GPU_FLEET_PROBE_DIR"] = str(tmp_path_factory.mktemp("module-probes"))
-    yield
-    if before is None:
-        os.environ.pop("GPU_FLEET_PROBE_DIR", None)
-    else:
-        os.environ["GPU_FLEET_PROBE_DIR"] = before
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GPU_FLEET_PROBE_DIR", str(tmp_path_factory.mktemp("module-probes")))
+        yield
