@@ -9,7 +9,10 @@ times and their ratio to the 1-node time, the time each added node costs as a sh
 1-node time (issue 16: <= 25 % for the first converge, <= 10 % for the no-op), the SSH
 commands per host and layer in the no-op (from GPU_FLEET_COMMAND_LOG; a command is counted
 for every layer whose resources it probed), and what the canary gate costs: from the canary's
-first Slurm command to the first Slurm command on another node, the only serial step.
+first Slurm command to the first Slurm command on another node, the only serial step; and
+for the median no-op the CPU seconds of each process role of the CLI's tree (bench/scale.py's
+watch: CLI, program, provider, ssh clients as "other") and of the whole machine (/proc/stat),
+whose rest is the lab hosts themselves (their sshd and probes share the same cores).
 Leaves the lab down unless --leave-up (then with the last node count).
 
     .venv/bin/python bench/fanout.py [--nodes 1,3,6,12] [--repeat 3] [--policy] [--parallel 32] [--leave-up]
@@ -20,6 +23,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -30,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.scale import timed  # noqa: E402
 from tests.lab.conftest import lab_command  # noqa: E402
 from tests.lab.labhosts import command_log  # noqa: E402
 from tests.pulumi_cli import PulumiProject  # noqa: E402
@@ -93,6 +98,12 @@ def canary_gate_s(entries: list[dict], layers: dict, canary: str) -> float | Non
     return round(first_other - first_canary, 1)
 
 
+def machine_cpu_s() -> float:
+    """CPU seconds the whole machine has spent (user, nice, system, irq, softirq), from /proc/stat."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:8]
+    return sum(int(f) for i, f in enumerate(fields) if i != 3 and i != 4) / os.sysconf("SC_CLK_TCK")
+
+
 def bench(n: int, repeat: int, policy: bool, parallel: int) -> dict:
     lab_command("down", timeout=600)
     lab_command("up", "--nodes", str(n), timeout=1800)
@@ -108,18 +119,23 @@ def bench(n: int, repeat: int, policy: bool, parallel: int) -> dict:
         first = time.monotonic() - start
         first_log = command_log(log)
         layers = labels_to_layers(proj)
-        times = []
+        times, cpus = [], []
         for _ in range(repeat):
             log.unlink(missing_ok=True)
-            start = time.monotonic()
-            proj.run("up", "--yes", "--stack", STACK, "--refresh", "--skip-preview", "--expect-no-changes",
-                     *pack, timeout=1800)
-            times.append(time.monotonic() - start)
+            machine = machine_cpu_s()
+            wall, roles, _done = timed(proj, "up", "--yes", "--stack", STACK, "--refresh", "--skip-preview",
+                                       "--expect-no-changes", *pack, timeout=1800)
+            times.append(wall)
+            cpus.append({**{r: v["cpu_s"] for r, v in sorted(roles.items())},
+                         "machine": round(machine_cpu_s() - machine, 1)})
         noop_log = command_log(log)
         assert not [e for e in noop_log if e["mutating"]], "a no-op refresh sent a mutating command"
         counts = per_host_layer(noop_log, layers)
         return {"nodes": n, "first_s": round(first, 1), "noop_s": round(statistics.median(times), 2),
                 "noop_all": [round(t, 2) for t in times],
+                # CPU s of the median run: each process role of the CLI's tree ("other": ssh clients),
+                # and the whole machine (the lab hosts' sshd and probes are the rest)
+                "noop_cpu_s": cpus[times.index(statistics.median_low(times))],
                 "first_commands_per_host": dict(Counter(e["host"] for e in first_log)),
                 "noop_per_host_layer": {f"{h} {lay}": c for (h, lay), c in sorted(counts.items())},
                 "noop_max_per_host_layer": max(c for (h, lay), c in counts.items() if lay != "(connect)"),
