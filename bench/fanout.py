@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import base64
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -34,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.scale import timed  # noqa: E402
+from bench.scale import TICK, timed  # noqa: E402
 from tests.lab.conftest import lab_command  # noqa: E402
 from tests.lab.labhosts import command_log  # noqa: E402
 from tests.pulumi_cli import PulumiProject  # noqa: E402
@@ -99,9 +98,10 @@ def canary_gate_s(entries: list[dict], layers: dict, canary: str) -> float | Non
 
 
 def machine_cpu_s() -> float:
-    """CPU seconds the whole machine has spent (user, nice, system, irq, softirq), from /proc/stat."""
-    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:8]
-    return sum(int(f) for i, f in enumerate(fields) if i != 3 and i != 4) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds the whole machine has spent, from /proc/stat's first line: user, nice, system,
+    irq and softirq (idle and iowait left out)."""
+    user, nice, system, _idle, _iowait, irq, softirq = Path("/proc/stat").read_text().split()[1:8]
+    return sum(int(v) for v in (user, nice, system, irq, softirq)) / TICK
 
 
 def bench(n: int, repeat: int, policy: bool, parallel: int) -> dict:
@@ -133,7 +133,7 @@ def bench(n: int, repeat: int, policy: bool, parallel: int) -> dict:
         counts = per_host_layer(noop_log, layers)
         return {"nodes": n, "first_s": round(first, 1), "noop_s": round(statistics.median(times), 2),
                 "noop_all": [round(t, 2) for t in times],
-                # CPU s of the median run: each process role of the CLI's tree ("other": ssh clients),
+                # CPU s of the median run (the lower one of an even count): each process role of the CLI's tree ("other": ssh clients),
                 # and the whole machine (the lab hosts' sshd and probes are the rest)
                 "noop_cpu_s": cpus[times.index(statistics.median_low(times))],
                 "first_commands_per_host": dict(Counter(e["host"] for e in first_log)),

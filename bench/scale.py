@@ -97,8 +97,8 @@ def fleet(n: int) -> dict:
 
 # ---- process tree accounting ---------------------------------------------------------------
 
-ROLES = (("pulumi.dynamic", "provider"), ("components.provider_host", "provider"), ("pulumi-analyzer-policy", "policy"),
-         ("pulumi_policy", "policy"), ("pulumi.policy", "policy"), ("-use-executor", "language host"),
+ROLES = (("pulumi.dynamic", "provider"), ("components.provider_host", "provider"),
+         ("pulumi-analyzer-policy", "policy"), ("pulumi_policy", "policy"), ("pulumi.policy", "policy"), ("-use-executor", "language host"),
          ("pulumi-language-python-exec", "program"))
 TICK = os.sysconf("SC_CLK_TCK")
 
