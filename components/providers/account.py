@@ -35,12 +35,35 @@ def _group(line: str) -> Optional[dict]:
     return {"name": f[0], "gid": int(f[2])}
 
 
-def parse_account_probe(stdout: str) -> Observed:
-    obs: Observed = {}
+def _by_key(entries: list[dict], name: Optional[str], num: str, value: Optional[int]) -> tuple:
+    """getent prints the entry of each key it finds, in key order: the name's, then the id's."""
+    first = entries[0] if entries and entries[0]["name"] == name else None
+    rest = entries[1:] if first is not None else entries
+    return first, next((e for e in rest if e[num] == value), None)
+
+
+def parse_account_probe(stdout: str, name: Optional[str] = None, uid: Optional[int] = None,
+                        gid: Optional[int] = None) -> Observed:
+    """{'user': the passwd entry of `name`, 'uid': the one getent finds for `uid`, 'group' and
+    'gid' the same in group}, each None when there is none. Reads the probe's "== passwd" /
+    "== group" sections, and the tagged lines of the probe before them ("user <entry>", ...)."""
+    obs: Observed = {"user": None, "group": None, "uid": None, "gid": None}
+    found: dict[str, list[dict]] = {"passwd": [], "group": []}
+    section = None
     for line in stdout.splitlines():
-        tag, _, rest = line.partition(" ")
-        parse = _passwd if tag in ("user", "uid") else _group
-        obs[tag] = parse(rest.strip()) if rest.strip() else None
+        if line.startswith("== "):
+            section = line[3:].strip()
+        elif section in found:
+            e = (_passwd if section == "passwd" else _group)(line.strip())
+            if e is not None:
+                found[section].append(e)
+        elif section is None and line.strip():
+            tag, _, rest = line.partition(" ")
+            parse = _passwd if tag in ("user", "uid") else _group
+            obs[tag] = parse(rest.strip()) if rest.strip() else None
+    if section is not None:
+        obs["user"], obs["uid"] = _by_key(found["passwd"], name, "uid", uid)
+        obs["group"], obs["gid"] = _by_key(found["group"], name, "gid", gid)
     return obs
 
 
@@ -55,7 +78,7 @@ class AccountProvider(HostPrimitive):
         return sh(_PROBE, props["name"], str(props["uid"]), str(props["gid"]))
 
     def parse(self, props: Props, stdout: str) -> Observed:
-        return parse_account_probe(stdout)
+        return parse_account_probe(stdout, props["name"], int(props["uid"]), int(props["gid"]))
 
     def desired(self, props: Props) -> dict[str, Any]:
         return {"uid": props["uid"], "gid": props["gid"], "home": props["home"], "shell": props["shell"]}

@@ -89,12 +89,17 @@ def parse_file_probe(stdout: str) -> Observed:
             obs["kind"] = rest
         elif tag == "meta":
             obs["mode"], obs["owner"], obs["group"] = rest.split()
-        elif tag == "sha256":
-            obs["sha256"] = rest
+        elif tag == "sha256":  # "<hex>  <path>" (sha256sum's line; "\<hex>" for an escaped path)
+            words = rest.split()
+            obs["sha256"] = words[0].lstrip("\\") if words else ""
         elif tag == "backup":
             obs["backup"] = rest == "yes"
         elif tag == "parent":
             obs["parent"] = rest == "yes"
+        elif tag == "bytecode":
+            obs.setdefault("bytecode", []).append(rest)
+        elif line == "python3 absent":
+            obs["python3"] = False
     return obs
 
 

@@ -31,8 +31,10 @@ _PROBE = script(__file__, "packages_probe.sh")
 
 
 def parse_package_probe(stdout: str) -> Observed:
-    """{'installed': {name: version} (status ii/hi only), 'held': set(names), 'interrupted':
-    dpkg has journal entries an interrupted run left (it refuses to install until configured)}."""
+    """{'installed': {name: version} (status ii/hi only), 'held': set(names): dpkg's selection
+    is hold (status h.), as `apt-mark hold` sets it; a "== held" section (`apt-mark showhold`,
+    the probe before issue 16) is read too, 'interrupted': dpkg has journal entries an
+    interrupted run left (it refuses to install until configured)}."""
     installed: dict[str, str] = {}
     held: set[str] = set()
     interrupted = False
@@ -42,8 +44,12 @@ def parse_package_probe(stdout: str) -> Observed:
             section = line[3:].strip()
             continue
         parts = line.split()
-        if section == "installed" and len(parts) >= 3 and parts[2][:2] in ("ii", "hi"):
-            installed[parts[0].split(":")[0]] = parts[1]
+        if section == "installed" and len(parts) >= 3:
+            name = parts[0].split(":")[0]
+            if parts[2][:2] in ("ii", "hi"):
+                installed[name] = parts[1]
+            if parts[2][:1] == "h":
+                held.add(name)
         elif section == "held" and parts:
             held.add(parts[0].split(":")[0])
         elif section == "dpkg-updates" and parts:

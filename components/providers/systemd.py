@@ -52,7 +52,12 @@ def parse_unit_probe(stdout: str) -> Observed:
             show[k] = v
         elif section == "reach" and line.strip():
             reach = line.strip() if reach is None else f"{reach}; {line.strip()}"
-        elif not section and line.startswith("file "):
+        elif not section and line.startswith("sha256 "):  # sha256sum's "<hex>  <path>"
+            digest, _, path = line[len("sha256 "):].partition("  ")
+            if digest.startswith("\\"):  # sha256sum escaped a backslash or newline in the name
+                digest, path = digest[1:], path.replace("\\n", "\n").replace("\\\\", "\\")
+            files[path] = digest
+        elif not section and line.startswith("file "):  # "file <path> absent"
             _, path, sha = line.split(" ", 2)
             files[path] = None if sha == "absent" else sha
     return {"files": files, "show": show, "reach": reach}

@@ -481,6 +481,62 @@ def test_an_update_from_a_changed_source_fails_naming_the_path_and_writes_nothin
     assert target.read_bytes() == b"v2"
 
 
+def test_a_python_module_payload_is_compiled_by_the_apply_and_read_from_bytecode(hosts, tmp_path, monkeypatch):
+    """bytecode=True (the GPU probe's pynvml): the apply writes the module, then compiles it
+    with the host's python3 as a checked-hash .pyc; a probe that imports it with
+    PYTHONDONTWRITEBYTECODE=1 loads that bytecode; a second apply sends nothing; bytecode lost
+    on the host is drift a refresh records and the next apply compiles again; a new module
+    version is written and compiled; delete removes the module and its bytecode."""
+    monkeypatch.setattr(file_module, "BACKUP_DIR", str(tmp_path / "backup"))
+    src = tmp_path / "gf_module.py"  # pynvml's own name is taken in this venv (a .pth redirector)
+    src.write_text("VERSION = 1\n")
+    lib = tmp_path / "host" / "lib"
+    lib.mkdir(parents=True)
+    target = lib / "gf_module.py"
+    p = PayloadProvider()
+    props = payload_props(src, target, bytecode=True)
+    assert p.probe_argv(props)[-1] == "pyc" and p.probe_argv(payload_props(src, target))[-1] != "pyc"
+    outs = recorded(p.create(props).outs)
+    assert outs["bytecode"] is True and target.read_text() == "VERSION = 1\n"
+    pyc = sorted((lib / "__pycache__").glob("gf_module.*.pyc"))
+    assert len(pyc) == 1
+    assert [c for c in hosts.mutating() if c.startswith("python3 -c ")], hosts.mutating()
+
+    def imported_from() -> str:
+        env = {**os.environ, "PYTHONPATH": str(lib), "PYTHONDONTWRITEBYTECODE": "1"}
+        r = subprocess.run([sys.executable, "-v", "-c", "import gf_module; print(gf_module.VERSION)"],
+                           capture_output=True, text=True, env=env, check=True)
+        return next((x for x in r.stderr.splitlines() if "gf_module" in x and "code object from" in x), "")
+
+    assert str(pyc[0]) in imported_from()
+    hosts.clear()
+    assert p.diff("id", outs, props).changes is False
+    p.update("id", outs, props)
+    assert hosts.mutating() == []
+    # the bytecode lost: a refresh reads it, the next apply compiles it again
+    pyc[0].unlink()
+    refreshed = recorded(p.read("id", outs).outs)
+    assert refreshed["bytecode"] is False and p.diff("id", refreshed, props).changes is True
+    hosts.clear()
+    p.update("id", refreshed, props)
+    assert [c.split()[0] for c in hosts.mutating()] == ["python3"] and pyc[0].exists()
+    # a new version: written, then compiled (the checked-hash .pyc of v1 would not be used)
+    src.write_text("VERSION = 2\n")
+    v2 = payload_props(src, target, bytecode=True)
+    hosts.clear()
+    outs = recorded(p.update("id", outs, v2).outs)
+    assert [c.split()[0] for c in hosts.mutating()] == ["sh", "python3"]
+    assert str(pyc[0]) in imported_from()
+    p.delete("id", outs)
+    assert not target.exists() and not list((lib / "__pycache__").glob("gf_module.*.pyc"))
+    # a host without python3: nothing to compile with, nothing planned for it
+    obs = file_module.parse_file_probe("kind file\nsha256 " + v2["source_sha256"] + "  x\nbackup no\n"
+                                       "parent yes\npython3 absent\n")
+    assert p.state(v2, obs)["bytecode"] is True
+    assert not [s for s in p.plan(v2, {**obs, "mode": "640", "owner": ME, "group": MY_GROUP}, {})
+                if s.argv[0] == "python3"]
+
+
 def test_a_file_added_to_a_published_snapshot_fails_the_run_and_the_refresh(hosts, snap):
     """The check reports it as extra; for a published tree that is damage (the nodes' view
     refuses it too), so the rollout stops naming it and a refresh records not ok."""

@@ -98,6 +98,23 @@ def test_package_probe_parser():
     assert obs["held"] == {"jq"}
 
 
+def test_package_probe_reads_holds_from_dpkg_status():
+    """The probe asks dpkg alone: `apt-mark hold` sets the selection dpkg shows as the status's
+    first letter (hi: held and installed; hn: held, not installed)."""
+    obs = parse_package_probe("== installed\nhello 2.10-3 ii \njq 1.6-2.1 hi \ngone 1.0 hn \n"
+                              "old 1.0 rc \n== dpkg-updates\n")
+    assert obs == {"installed": {"hello": "2.10-3", "jq": "1.6-2.1"}, "held": {"jq", "gone"},
+                   "interrupted": False}
+    assert PackageSetProvider().plan({"packages": {"jq": "1.6-2.1"}, "hold": True}, obs, {}) == []
+
+
+def test_the_package_probe_script_holds_no_apt_mark():
+    """`apt-mark showhold` loads apt's whole cache (0.37 s of CPU on the development machine)
+    to print what dpkg-query already says."""
+    argv = PackageSetProvider().probe_argv({"packages": {}})
+    assert "dpkg-query" in argv[2] and "apt-mark" not in argv[2]
+
+
 def test_packages_in_sync_only_hold_missing():
     p = PackageSetProvider()
     obs = parse_package_probe(PROBE)
@@ -304,3 +321,66 @@ def test_package_sets_on_one_host_never_apply_at_once(monkeypatch):
         t.join()
     assert overlaps == []
     assert time.monotonic() - t0 < 0.05 * 5  # hosts a and b still in parallel
+
+
+def test_the_file_probe_script_read_as_the_provider_reads_it(tmp_path):
+    """The real script on this machine: sha256sum's own line carries the digest, the parent is
+    found without dirname, a link and a directory are told apart from a file."""
+    import hashlib
+    import subprocess
+
+    from components.providers.file import parse_file_probe
+
+    def read(path):
+        argv = FileProvider().probe_argv({"path": str(path)})
+        return parse_file_probe(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+
+    f = tmp_path / "etc" / "slurm.conf"
+    f.parent.mkdir()
+    f.write_bytes(b"ClusterName=lab\n")
+    f.chmod(0o640)
+    obs = read(f)
+    assert obs["kind"] == "file" and obs["mode"] == "640" and obs["parent"] is True
+    assert obs["sha256"] == hashlib.sha256(b"ClusterName=lab\n").hexdigest()
+    assert read(tmp_path / "missing" / "x") == {"kind": "absent", "backup": False, "parent": False}
+    (tmp_path / "link").symlink_to(f)
+    assert read(tmp_path / "link")["kind"] == "link"
+    assert read(f.parent)["kind"] == "other"
+    odd = tmp_path / "back\\slash"  # sha256sum escapes such a name: "\<hex>  <path>"
+    odd.write_bytes(b"x")
+    assert read(odd)["sha256"] == hashlib.sha256(b"x").hexdigest()
+
+
+def test_the_account_probe_script_read_as_the_provider_reads_it(tmp_path):
+    """The real script against a getent stub that answers as glibc's does (each key's entry,
+    in key order; exit 2 when one is missing): name and id told apart, a duplicate uid read as
+    getent's own answer for that uid, a missing key not a failed probe."""
+    import os
+    import subprocess
+
+    passwd = ["other:x:64030:100::/:/bin/false", "slurm:x:64030:64030:slurm:/nonexistent:/usr/sbin/nologin",
+              "munge:x:999:999::/:/bin/false"]
+    group = ["slurm:x:64030:", "munge:x:999:"]
+    stub = tmp_path / "getent"
+    stub.write_text("#!/bin/sh\ndb=$1; shift; rc=0\nfor k in \"$@\"; do\n"
+                    "  line=$(awk -F: -v k=\"$k\" '$1==k || $3==k {print; exit}' \"$GETENT_DIR/$db\")\n"
+                    "  if [ -n \"$line\" ]; then echo \"$line\"; else rc=2; fi\ndone\nexit $rc\n")
+    stub.chmod(0o755)
+    (tmp_path / "passwd").write_text("\n".join(passwd) + "\n")
+    (tmp_path / "group").write_text("\n".join(group) + "\n")
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}", "GETENT_DIR": str(tmp_path)}
+    p = AccountProvider()
+
+    def read(name, uid, gid):
+        props = {**ACC, "name": name, "uid": uid, "gid": gid}
+        out = subprocess.run(p.probe_argv(props), capture_output=True, text=True, env=env, check=True)
+        return p.parse(props, out.stdout)
+
+    obs = read("slurm", 64030, 64030)
+    assert obs["user"]["name"] == "slurm" and obs["uid"]["name"] == "other"  # getent's answer for 64030
+    assert obs["group"]["gid"] == 64030 and obs["gid"]["name"] == "slurm"
+    assert "uid 64030 already belongs to user other" in "\n".join(p.conflicts({**ACC}, obs))
+    obs = read("slurmrestd", 64031, 64031)
+    assert obs == {"user": None, "group": None, "uid": None, "gid": None}
+    obs = read("munge", 64030, 999)
+    assert obs["user"]["uid"] == 999 and obs["uid"]["name"] == "other" and obs["gid"]["name"] == "munge"

@@ -379,3 +379,19 @@ def test_the_unit_probe_reads_an_active_mounts_root_once_shown(stubs, tmp_path, 
     assert obs["show"]["ActiveState"] == state
     assert len(stubs.calls("systemctl")) == 1  # one `systemctl show` for states and the mount point
     assert ("-p Where" in stubs.calls("systemctl")[0]) == unit.endswith(".mount")
+
+
+def test_the_unit_probe_hashes_each_managed_file_as_sha256sum_prints_it(stubs, tmp_path):
+    """sha256sum's own line ("sha256 <hex>  <path>") for a file, "file <path> absent" for none;
+    the parser keys both by path."""
+    from components.providers.systemd import _PROBE, parse_unit_probe
+
+    unit = tmp_path / "slurmd.service"
+    unit.write_text("[Service]\nExecStart=/usr/sbin/slurmd\n")
+    gone = tmp_path / "slurmd.service.d" / "gpu-fleet.conf"
+    (tmp_path / "show").write_text(SHOW_MOUNT.format(state="active").replace("Where=/mnt/data\n", ""))
+    stubs.add("systemctl", f"cat {tmp_path / 'show'}")
+    p = stubs.run(["sh", "-c", _PROBE.replace("$PROPS", ""), "sh", "slurmd.service", str(unit), str(gone)])
+    obs = parse_unit_probe(p.stdout)
+    assert obs["files"] == {str(unit): hashlib.sha256(unit.read_bytes()).hexdigest(), str(gone): None}
+    assert obs["show"]["ActiveState"] == "active" and obs["reach"] is None

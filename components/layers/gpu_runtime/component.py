@@ -408,7 +408,7 @@ class GpuRuntime(pulumi.ComponentResource):
             # alias takes over what earlier releases recorded as a File (same path and bytes)
             self.files.append(Payload(
                 f"{name}-{n.name}-pynvml", conn=conn, path=self.pynvml["path"], source=pinned.path,
-                mode="0644", owner="root", group="root",
+                mode="0644", owner="root", group="root", bytecode=True,
                 opts=pulumi.ResourceOptions(parent=self, depends_on=list((node_after or {}).get(n.name, ())), aliases=[
                     pulumi.Alias(type_="pulumi-python:dynamic/host:File")])))
 

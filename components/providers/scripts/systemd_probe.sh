@@ -2,11 +2,13 @@
 # Reads a unit: the SHA-256 of each managed file, then `systemctl show` of its states.
 # $1 the unit, then its managed file paths. $PROPS is a template slot, not a variable:
 # systemd.py replaces it with the "-p Name" options of the live properties it checks.
+# A file's line is sha256sum's own ("sha256 <hex>  <path>"); the show output is read by the
+# shell itself (no cut, sed or grep: a host's refresh runs this for every unit).
 
 u="$1"; shift
 REACH_S=5
 for f in "$@"; do
-  if [ -f "$f" ]; then echo "file $f $(sha256sum -- "$f" | cut -d' ' -f1)"; else echo "file $f absent"; fi
+  if [ -f "$f" ]; then printf 'sha256 '; sha256sum -- "$f"; else echo "file $f absent"; fi
 done
 echo "== show"
 # A mount unit that systemd calls active may still serve nothing: a network mount whose server
@@ -16,8 +18,16 @@ case "$u" in *.mount) where_opt="-p Where" ;; esac
 # shellcheck disable=SC2086 # the slot's -p options (see above) and $where_opt must split into words
 show=$(systemctl show "$u" -p LoadState -p ActiveState -p UnitFileState -p NeedDaemonReload $where_opt $PROPS 2>/dev/null)
 printf '%s\n' "$show"
-where=$(printf '%s\n' "$show" | sed -n 's/^Where=//p')
-if [ -n "$where" ] && printf '%s\n' "$show" | grep -qx 'ActiveState=active'; then
+where=""; active=""
+while IFS= read -r line; do
+  case "$line" in
+    Where=*) where="${line#Where=}" ;;
+    ActiveState=active) active=yes ;;
+  esac
+done <<EOF
+$show
+EOF
+if [ -n "$where" ] && [ -n "$active" ]; then
   echo "== reach"
   # In the background, and never waited on past REACH_S: a stat stuck in the kernel on a mount
   # whose server is gone (FUSE waits for its daemon's reply, killable or not) would hold this
