@@ -1,4 +1,4 @@
-"""Five changes to the Pulumi Python SDK's program-side costs at fleet scale (issue 16).
+"""Seven changes to the Pulumi Python SDK's program-side costs at fleet scale (issue 16).
 
 Each replaces a private name of pulumi 3.272 (pinned in requirements.txt); `check()` (run by
 `tune()` and by tests/unit/test_sdk.py) refuses an SDK where the name or the code it replaces
@@ -36,6 +36,13 @@ changing behaviour.
   `contains_unknowns` below answers the same question (an `Unknown` anywhere in nested dicts
   and lists) with a fast path for scalars and one loop for the rest; a randomized test checks
   it agrees with the SDK's on every value.
+- Two answers that depend only on a class, computed per resource: the output types of a
+  resource class (`pulumi._types.resource_types`, read from its annotations on every
+  registration, 4 % of the program) and a dynamic provider's pickle
+  (`pulumi.dynamic.dynamic.serialize_provider`: dill over a provider that holds no state is
+  the same bytes every time, 4 %). Both are kept per class: the types as read once, the
+  pickle only for a provider with no instance state whose pickling captured no secret (any
+  other is pickled every time, as the SDK does).
 """
 
 from __future__ import annotations
@@ -74,6 +81,20 @@ def check() -> None:
     if not callable(getattr(rpc, "contains_unknowns", None)) \
             or "rpc.contains_unknowns(" not in inspect.getsource(output.contains_unknowns):
         raise SdkChanged("pulumi.output.contains_unknowns no longer asks pulumi.runtime.rpc: revisit components/sdk.py")
+    import pulumi._types as types
+    import pulumi.dynamic.dynamic as dynamic
+    import pulumi.runtime._serialization as serialization
+
+    if "_types.resource_types(" not in inspect.getsource(rpc.resolve_outputs) \
+            or not callable(getattr(types, "resource_types", None)):
+        raise SdkChanged("pulumi.runtime.rpc.resolve_outputs no longer asks _types.resource_types: "
+                         "revisit components/sdk.py")
+    if "_serialize(" not in inspect.getsource(dynamic.Resource.__init__) \
+            or "serialize_provider" not in dynamic.Resource.__init__.__code__.co_names \
+            or not callable(getattr(dynamic, "serialize_provider", None)) \
+            or not hasattr(serialization, "_var_serialization_contained_secrets"):
+        raise SdkChanged("pulumi.dynamic.Resource no longer pickles through serialize_provider: "
+                         "revisit components/sdk.py")
     import pulumi.runtime.rpc_manager as rpc_manager
 
     for mod in (resource, rpc_manager):
@@ -135,8 +156,40 @@ def declare_dependency(from_resource, to_resource) -> bool:
     return True
 
 
+_TYPES: dict[type, dict] = {}
+_PICKLES: dict[type, str] = {}
+
+
+def resource_types(resource_cls: type) -> dict:
+    """The SDK's `resource_types`, read once per class (annotations do not change at run time)."""
+    got = _TYPES.get(resource_cls)
+    if got is None:
+        got = _TYPES[resource_cls] = _SDK["resource_types"](resource_cls)
+    return got
+
+
+def serialize_provider(provider) -> str:
+    """The SDK's `serialize_provider`, kept per class for a provider with no instance state
+    whose pickle captured no secret (runs inside the SDK's `_serialize` context)."""
+    import pulumi.runtime._serialization as serialization
+
+    if vars(provider):
+        return _SDK["serialize_provider"](provider)
+    cls = type(provider)
+    got = _PICKLES.get(cls)
+    if got is None:
+        got = _SDK["serialize_provider"](provider)
+        if not serialization._var_serialization_contained_secrets.get():
+            _PICKLES[cls] = got
+    return got
+
+
+#: the SDK's own functions that the ones above call
+_SDK: dict = {}
+
+
 def tune() -> None:
-    """Apply the five changes (the program's __main__ calls this before any resource exists)."""
+    """Apply the seven changes (the program's __main__ calls this before any resource exists)."""
     import pulumi.runtime.resource as resource
     import pulumi.runtime.stack as stack
     from pulumi.runtime.proto import source_pb2
@@ -163,4 +216,10 @@ def tune() -> None:
     global _Unknown  # noqa: PLW0603
     _Unknown = output.Unknown
     rpc.contains_unknowns = contains_unknowns
+    import pulumi._types as types
+    import pulumi.dynamic.dynamic as dynamic
+
+    _SDK.update(resource_types=types.resource_types, serialize_provider=dynamic.serialize_provider)
+    types.resource_types = resource_types
+    dynamic.serialize_provider = serialize_provider
     stack._gpu_fleet_tuned = True

@@ -69,10 +69,15 @@ def test_tune_drops_only_the_registration_debug_lines(monkeypatch):
     import pulumi.runtime.rpc as rpc
     import pulumi.runtime.rpc_manager as rpc_manager
 
+    import pulumi._types as types
+    import pulumi.dynamic.dynamic as dynamic
+
     for mod, name in ((resource, "log"), (resource, "_get_stack_trace"), (stack, "asyncio"),
                       (cycles, "declare_dependency"), (rpc, "declare_dependency"), (rpc_manager, "log"),
-                      (rpc, "contains_unknowns")):
+                      (rpc, "contains_unknowns"), (types, "resource_types"),
+                      (dynamic, "serialize_provider")):
         monkeypatch.setattr(mod, name, getattr(mod, name))
+    monkeypatch.setattr(sdk, "_SDK", {})
     monkeypatch.setattr(stack, "_gpu_fleet_tuned", False, raising=False)
     sdk.tune()
     assert resource.log is not pulumi.log and resource.log.debug("x") is None
@@ -81,6 +86,7 @@ def test_tune_drops_only_the_registration_debug_lines(monkeypatch):
     assert list(resource._get_stack_trace().frames) == []
     assert stack.asyncio.wait is sdk._wait and stack.asyncio.FIRST_COMPLETED == asyncio.FIRST_COMPLETED
     assert rpc.declare_dependency is sdk.declare_dependency is cycles.declare_dependency
+    assert types.resource_types is sdk.resource_types and dynamic.serialize_provider is sdk.serialize_provider
 
 
 def test_the_cycle_check_refuses_what_the_sdk_refuses():
@@ -148,3 +154,71 @@ def test_the_unknown_check_agrees_with_the_sdks_on_every_value(monkeypatch):
     cyclic.append(cyclic)
     assert sdk.contains_unknowns(cyclic) is theirs(cyclic) is True
     assert sdk.contains_unknowns("x") is sdk.contains_unknowns([[], {}]) is False
+
+
+def test_resource_types_are_read_once_per_class_and_are_the_sdks(monkeypatch):
+    import pulumi._types as types
+
+    from components.providers.bundle import Files
+    from components.providers.file import File
+    from components.providers.payload import Payload
+
+    calls = []
+
+    def counted(cls):
+        calls.append(cls)
+        return types.resource_types(cls)
+
+    monkeypatch.setattr(sdk, "_SDK", {"resource_types": counted})
+    monkeypatch.setattr(sdk, "_TYPES", {})
+    for cls in (File, Payload, Files, File, Payload, File):
+        assert sdk.resource_types(cls) == types.resource_types(cls)
+    assert calls == [File, Payload, Files]
+    assert set(sdk.resource_types(Payload)) >= {"sha256", "present"}
+
+
+def test_a_stateless_providers_pickle_is_the_sdks_and_is_made_once(monkeypatch):
+    """The same string as the SDK's own serialize_provider, computed once per class; a provider
+    with instance state, or one whose pickle captured a secret, is pickled every time."""
+    import pulumi.dynamic.dynamic as dynamic
+    from pulumi.runtime import _serialization as ser
+
+    from components.layers.gpu_runtime.component import GpuBaselineProvider
+    from components.providers.file import FileProvider
+    from components.providers.packages import PackageSetProvider
+
+    calls = []
+
+    def counted(provider):
+        calls.append(type(provider))
+        return dynamic.serialize_provider(provider)
+
+    monkeypatch.setattr(sdk, "_SDK", {"serialize_provider": counted})
+    monkeypatch.setattr(sdk, "_PICKLES", {})
+
+    def both(provider):
+        ours = ser._serialize(True, sdk.serialize_provider, provider)
+        theirs = ser._serialize(True, dynamic.serialize_provider, provider)
+        assert ours == theirs, type(provider)
+        return ours
+
+    for p in (FileProvider(), PackageSetProvider(), FileProvider(), GpuBaselineProvider(), FileProvider()):
+        assert both(p)[1] is False
+    assert calls == [FileProvider, PackageSetProvider, GpuBaselineProvider]
+
+    class Stateful(FileProvider):
+        pass
+
+    a, b = Stateful(), Stateful()
+    a.note, b.note = "one", "two"
+    assert both(a)[0] != both(b)[0] and calls[-2:] == [Stateful, Stateful]
+
+    def secret_captured(provider):  # as the SDK's Output pickling marks a captured secret
+        ser._var_serialization_contained_secrets.set(True)
+        return "pickled"
+
+    calls.clear()
+    monkeypatch.setattr(sdk, "_SDK", {"serialize_provider": secret_captured})
+    assert ser._serialize(True, sdk.serialize_provider, PackageSetProvider.__new__(type("P", (PackageSetProvider,), {}))) \
+        == ("pickled", True)
+    assert all(not k.__name__ == "P" for k in sdk._PICKLES)
