@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -164,6 +165,12 @@ def assert_all_healthy(out: dict) -> None:
 
 # ---- healthy fleet, idempotence ------------------------------------------------------------
 
+def is_probe(cmd: str) -> bool:
+    """The GPU probe's command line (`... python3 - <args>`: its script on stdin), not the
+    apply's `python3 -c` that compiles pynvml."""
+    return re.search(r"\bpython3 -( |$)", cmd) is not None
+
+
 def test_healthy_fleet_all_ok(program):
     out = outputs(program)
     assert_all_healthy(out)
@@ -177,9 +184,12 @@ def test_healthy_fleet_all_ok(program):
     log = program.first_log
     assert not [c for c in log if c["host"] == PENDING or PENDING_ADDRESS in c["cmd"]]
     # one probe round trip per node, read-only
-    probes = [c for c in log if "python3 -" in c["cmd"]]
+    probes = [c for c in log if is_probe(c["cmd"])]
     assert sorted(c["host"] for c in probes) == NODES
     assert not [c for c in probes if c["mutating"]]
+    # pynvml compiled on each node by the apply (the probe writes no bytecode itself)
+    compiles = [c for c in log if "py_compile" in c["cmd"]]
+    assert sorted(c["host"] for c in compiles) == NODES and all(c["mutating"] for c in compiles)
 
 
 def test_pinned_pynvml_is_on_every_node(program):
@@ -193,6 +203,11 @@ def test_pinned_pynvml_is_on_every_node(program):
         p = node_ssh(n, "PYTHONPATH=/opt/gpu-fleet/lib python3 -B -c 'import pynvml; pynvml.nvmlInit(); "
                    "print(pynvml.__file__, pynvml.nvmlDeviceGetCount())'")
         assert p.stdout.split() == [PYNVML, "8"]
+        # and the probe's interpreter loads it from the bytecode the apply compiled (checked
+        # against the source's hash), not from 332 KB of source compiled again
+        p = node_ssh(n, "PYTHONPATH=/opt/gpu-fleet/lib PYTHONDONTWRITEBYTECODE=1 python3 -v -c 'import pynvml' 2>&1 "
+                        "| grep 'code object from.*pynvml'")
+        assert "/opt/gpu-fleet/lib/__pycache__/pynvml.cpython-" in p.stdout, (n, p.stdout)
 
 
 def test_second_up_changes_nothing_and_sends_nothing(program):
@@ -202,7 +217,7 @@ def test_second_up_changes_nothing_and_sends_nothing(program):
     # up --refresh re-probes every node, read-only, and with nothing changed changes nothing
     program.run("up", "--yes", "--stack", "lab", "--refresh", "--expect-no-changes", "--skip-preview")
     log = command_log(program.log)
-    assert sorted(c["host"] for c in log if "python3 -" in c["cmd"]) == NODES
+    assert sorted(c["host"] for c in log if is_probe(c["cmd"])) == NODES
     assert log and not [c for c in log if c["mutating"]], [c for c in log if c["mutating"]]
     assert_all_healthy(outputs(program))
 
