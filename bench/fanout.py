@@ -9,7 +9,8 @@ times and their ratio to the 1-node time, the time each added node costs as a sh
 1-node time (issue 16: <= 25 % for the first converge, <= 10 % for the no-op), the SSH
 commands per host and layer in the no-op (from GPU_FLEET_COMMAND_LOG; a command is counted
 for every layer whose resources it probed), and what the canary gate costs: from the canary's
-first Slurm command to the first Slurm command on another node, the only serial step; and
+first Slurm command to the first Slurm command on another node, the only serial step (and the
+commands it is spent on, `canary_gate_steps`); and
 for the median no-op the CPU seconds of each process role of the CLI's tree (bench/scale.py's
 watch: CLI, program, provider, ssh clients as "other") and of the whole machine (/proc/stat),
 whose rest is the lab hosts themselves (their sshd and probes share the same cores).
@@ -83,9 +84,9 @@ def per_host_layer(entries: list[dict], layers: dict) -> dict[tuple[str, str], i
     return dict(counts)
 
 
-def canary_gate_s(entries: list[dict], layers: dict, canary: str) -> float | None:
-    """From the canary's Slurm package install to the first one on any other node: the canary's
-    packages, key, config, daemons and the canary-first job run while the rest wait."""
+def _gate(entries: list[dict], layers: dict, canary: str) -> tuple[float, float] | None:
+    """(start, end) of the canary gate: the canary's first Slurm package command, the first one
+    on any other node."""
     def slurm(e):
         return e["mutating"] and any(f.startswith("PackageSet") and layers.get((e["host"], f)) == "slurm"
                                      for f in e.get("for") or [])
@@ -94,7 +95,27 @@ def canary_gate_s(entries: list[dict], layers: dict, canary: str) -> float | Non
     first_other = min((t for t, h in starts if h.startswith("node") and h != canary), default=None)
     if first_canary is None or first_other is None:
         return None
-    return round(first_other - first_canary, 1)
+    return first_canary, first_other
+
+
+def canary_gate_s(entries: list[dict], layers: dict, canary: str) -> float | None:
+    """From the canary's Slurm package install to the first one on any other node: the canary's
+    packages, key, config, daemons and the canary-first job run while the rest wait."""
+    gate = _gate(entries, layers, canary)
+    return None if gate is None else round(gate[1] - gate[0], 1)
+
+
+def canary_gate_steps(entries: list[dict], layers: dict, canary: str) -> list[str]:
+    """What the gate is spent on: the commands sent in it (offset from its start, host, the
+    resource, seconds), the mutating ones and any read of 0.3 s or more."""
+    gate = _gate(entries, layers, canary)
+    if gate is None:
+        return []
+    start, end = gate
+    inside = sorted((e for e in entries if start - 0.01 <= e["t"] - e["s"] < end
+                     and (e["mutating"] or e["s"] >= 0.3)), key=lambda e: e["t"] - e["s"])
+    return [f"+{e['t'] - e['s'] - start:.1f} {e['host']} {(e.get('for') or ['-'])[0]} {e['s']:.1f} s"
+            f"{' (read)' if not e['mutating'] else ''}" for e in inside]
 
 
 def machine_cpu_s() -> float:
@@ -140,6 +161,7 @@ def bench(n: int, repeat: int, policy: bool, parallel: int) -> dict:
                 "noop_per_host_layer": {f"{h} {lay}": c for (h, lay), c in sorted(counts.items())},
                 "noop_max_per_host_layer": max(c for (h, lay), c in counts.items() if lay != "(connect)"),
                 "canary_gate_s": canary_gate_s(first_log, layers, "node1"),
+                "canary_gate_steps": canary_gate_steps(first_log, layers, "node1"),
                 # what to look at when a run is slow: its longest commands
                 "first_slowest": [f"{e['host']} {(e.get('for') or ['-'])[0]} {e['s']:.1f} s {e['cmd'][:60]!r}"
                                   for e in sorted(first_log, key=lambda e: -e["s"])[:4]]}
