@@ -23,6 +23,7 @@ from typing import Optional
 import pulumi
 from pulumi.dynamic import Resource
 
+from ..transport.command import sh
 from .base import Observed, Props, Step
 from .file import FileProvider
 
@@ -69,8 +70,10 @@ class PayloadProvider(FileProvider):
         return steps
 
     def plan_delete(self, props: Props, obs: Observed) -> list[Step]:
-        gone = [Step(["rm", "-f", "--", *obs["bytecode"]], f"remove the bytecode of {props['path']}")] \
-            if obs.get("bytecode") else []
+        """The bytecode first, and its __pycache__ when that leaves it empty (so that File's
+        delete can remove the directory it made for the module)."""
+        gone = [Step(sh('rm -f -- "$@"; rmdir -- "${1%/*}" 2>/dev/null || true', *obs["bytecode"]),
+                     f"remove the bytecode of {props['path']}")] if obs.get("bytecode") else []
         return gone + super().plan_delete(props, obs)
 
 

@@ -527,8 +527,15 @@ def test_a_python_module_payload_is_compiled_by_the_apply_and_read_from_bytecode
     outs = recorded(p.update("id", outs, v2).outs)
     assert [c.split()[0] for c in hosts.mutating()] == ["sh", "python3"]
     assert str(pyc[0]) in imported_from()
+    (lib / "__pycache__" / "other.cpython-311.pyc").write_bytes(b"")  # not this module's: kept
     p.delete("id", outs)
-    assert not target.exists() and not list((lib / "__pycache__").glob("gf_module.*.pyc"))
+    assert not target.exists() and [x.name for x in (lib / "__pycache__").iterdir()] == ["other.cpython-311.pyc"]
+    # made its directory: delete leaves none of it (the module, its bytecode, __pycache__, the dir)
+    fresh = tmp_path / "host" / "fresh" / "gf_module.py"
+    outs = recorded(p.create(payload_props(src, fresh, bytecode=True)).outs)
+    assert outs["made_parent"] is True and list((fresh.parent / "__pycache__").glob("gf_module.*.pyc"))
+    p.delete("id", outs)
+    assert not fresh.parent.exists()
     # a host without python3: nothing to compile with, nothing planned for it
     obs = file_module.parse_file_probe("kind file\nsha256 " + v2["source_sha256"] + "  x\nbackup no\n"
                                        "parent yes\npython3 absent\n")
