@@ -42,12 +42,10 @@ def _by_key(entries: list[dict], name: Optional[str], num: str, value: Optional[
     return first, next((e for e in rest if e[num] == value), None)
 
 
-def parse_account_probe(stdout: str, name: Optional[str] = None, uid: Optional[int] = None,
-                        gid: Optional[int] = None) -> Observed:
+def parse_account_probe(stdout: str, name: str, uid: int, gid: int) -> Observed:
     """{'user': the passwd entry of `name`, 'uid': the one getent finds for `uid`, 'group' and
-    'gid' the same in group}, each None when there is none. Reads the probe's "== passwd" /
-    "== group" sections, and the tagged lines of the probe before them ("user <entry>", ...)."""
-    obs: Observed = {"user": None, "group": None, "uid": None, "gid": None}
+    'gid' the same in group}, each None when there is none, from the probe's "== passwd" and
+    "== group" sections."""
     found: dict[str, list[dict]] = {"passwd": [], "group": []}
     section = None
     for line in stdout.splitlines():
@@ -57,14 +55,9 @@ def parse_account_probe(stdout: str, name: Optional[str] = None, uid: Optional[i
             e = (_passwd if section == "passwd" else _group)(line.strip())
             if e is not None:
                 found[section].append(e)
-        elif section is None and line.strip():
-            tag, _, rest = line.partition(" ")
-            parse = _passwd if tag in ("user", "uid") else _group
-            obs[tag] = parse(rest.strip()) if rest.strip() else None
-    if section is not None:
-        obs["user"], obs["uid"] = _by_key(found["passwd"], name, "uid", uid)
-        obs["group"], obs["gid"] = _by_key(found["group"], name, "gid", gid)
-    return obs
+    user, by_uid = _by_key(found["passwd"], name, "uid", uid)
+    group, by_gid = _by_key(found["group"], name, "gid", gid)
+    return {"user": user, "group": group, "uid": by_uid, "gid": by_gid}
 
 
 class AccountProvider(HostPrimitive):

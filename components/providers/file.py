@@ -18,6 +18,7 @@ a state recorded with inline content takes the switch as no change.
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any, Optional, Sequence
 
 import pulumi
@@ -68,6 +69,15 @@ def stored_source(content: pulumi.Input[str]) -> dict:
     return {"source": stored[0], "source_sha256": stored[1]}
 
 
+def sha256sum_line(text: str) -> tuple[str, str]:
+    """(digest, path) of one line of `sha256sum`'s output ("<hex>  <path>"; for a name with a
+    backslash or newline, "\\<hex>  <path>" with those escaped); ("", "") for an empty one."""
+    digest, _, path = text.partition("  ")
+    if digest.startswith("\\"):  # one pass: "\\n" is a backslash and an n, not a newline
+        digest, path = digest[1:], re.sub(r"\\(.)", lambda m: "\n" if m[1] == "n" else m[1], path)
+    return digest.strip(), path
+
+
 def norm_mode(mode: str) -> str:
     """'0644' and '644' are the same mode; `stat %a` prints the short form."""
     return format(int(str(mode), 8), "o")
@@ -89,9 +99,8 @@ def parse_file_probe(stdout: str) -> Observed:
             obs["kind"] = rest
         elif tag == "meta":
             obs["mode"], obs["owner"], obs["group"] = rest.split()
-        elif tag == "sha256":  # "<hex>  <path>" (sha256sum's line; "\<hex>" for an escaped path)
-            words = rest.split()
-            obs["sha256"] = words[0].lstrip("\\") if words else ""
+        elif tag == "sha256":  # sha256sum's own line
+            obs["sha256"] = sha256sum_line(rest)[0]
         elif tag == "backup":
             obs["backup"] = rest == "yes"
         elif tag == "parent":
@@ -142,6 +151,10 @@ class FileProvider(HostPrimitive):
                 "made_parent": not before.get("parent", True),
                 "original_sha256": before.get("sha256") if before["kind"] == "file" else None}
 
+    def needs_write(self, props: Props, obs: Observed) -> bool:
+        """Whether the host's file must be (re)written: absent, or other bytes."""
+        return obs["kind"] == "absent" or obs.get("sha256") != self.digest(props)
+
     def plan(self, props: Props, obs: Observed, record: Props) -> list[Step]:
         path = props["path"]
         if obs["kind"] not in ("file", "absent"):
@@ -154,7 +167,7 @@ class FileProvider(HostPrimitive):
         if record.get("original") == "backup" and obs["kind"] == "file" and not obs["backup"] and not ours:
             steps.append(Step(sh('mkdir -p -- "$(dirname -- "$2")" && cp -p -- "$1" "$2"',
                                  path, backup_path(path)), f"keep the original {path}"))
-        if obs["kind"] == "absent" or obs.get("sha256") != want["sha256"]:
+        if self.needs_write(props, obs):
             steps.append(write_step(path, self.content(props), want["owner"], want["group"],
                                     want["mode"], props.get("validate"),
                                     bool(props.get("secret")), "write"))

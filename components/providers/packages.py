@@ -32,8 +32,7 @@ _PROBE = script(__file__, "packages_probe.sh")
 
 def parse_package_probe(stdout: str) -> Observed:
     """{'installed': {name: version} (status ii/hi only), 'held': set(names): dpkg's selection
-    is hold (status h.), as `apt-mark hold` sets it; a "== held" section (`apt-mark showhold`,
-    the probe before issue 16) is read too, 'interrupted': dpkg has journal entries an
+    is hold (status h.), as `apt-mark hold` sets it, 'interrupted': dpkg has journal entries an
     interrupted run left (it refuses to install until configured)}."""
     installed: dict[str, str] = {}
     held: set[str] = set()
@@ -50,8 +49,6 @@ def parse_package_probe(stdout: str) -> Observed:
                 installed[name] = parts[1]
             if parts[2][:1] == "h":
                 held.add(name)
-        elif section == "held" and parts:
-            held.add(parts[0].split(":")[0])
         elif section == "dpkg-updates" and parts:
             interrupted = True
     return {"installed": installed, "held": held, "interrupted": interrupted}

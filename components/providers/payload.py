@@ -64,8 +64,8 @@ class PayloadProvider(FileProvider):
 
     def plan(self, props: Props, obs: Observed, record: Props) -> list[Step]:
         steps = super().plan(props, obs, record)
-        writes = any(s.why.startswith("write ") for s in steps)
-        if props.get("bytecode") and obs.get("python3") is not False and (writes or not obs.get("bytecode")):
+        if props.get("bytecode") and obs.get("python3") is not False \
+                and (self.needs_write(props, obs) or not obs.get("bytecode")):
             steps.append(Step(["python3", "-c", COMPILE, props["path"]], f"compile {props['path']}"))
         return steps
 

@@ -18,7 +18,7 @@ from pulumi.dynamic import CreateResult, DiffResult, Resource, UpdateResult
 from ..scripts import script
 from ..transport.command import Piece, sh
 from .base import HostPrimitive, Observed, Props, Step, _entry
-from .file import sha256_text, write_step
+from .file import sha256_text, sha256sum_line, write_step
 
 UNIT_DIR = "/etc/systemd/system"
 _BASE_PROPS = ("LoadState", "ActiveState", "UnitFileState", "NeedDaemonReload")
@@ -38,8 +38,9 @@ def unit_paths(props: Props) -> dict[str, str]:
 
 
 def parse_unit_probe(stdout: str) -> Observed:
-    """Sections: `file` lines, `== show` (systemctl show), and for an active mount unit
-    `== reach`: `ok`, or what reading the mounted root answered (a stale handle, a timeout)."""
+    """Sections: a managed file's `sha256` line (sha256sum's) or `file <path> absent`, then
+    `== show` (systemctl show), and for an active mount unit `== reach`: `ok`, or what
+    reading the mounted root answered (a stale handle, a timeout)."""
     files: dict[str, Optional[str]] = {}
     show: dict[str, str] = {}
     reach: Optional[str] = None
@@ -52,14 +53,11 @@ def parse_unit_probe(stdout: str) -> Observed:
             show[k] = v
         elif section == "reach" and line.strip():
             reach = line.strip() if reach is None else f"{reach}; {line.strip()}"
-        elif not section and line.startswith("sha256 "):  # sha256sum's "<hex>  <path>"
-            digest, _, path = line[len("sha256 "):].partition("  ")
-            if digest.startswith("\\"):  # sha256sum escaped a backslash or newline in the name
-                digest, path = digest[1:], path.replace("\\n", "\n").replace("\\\\", "\\")
+        elif not section and line.startswith("sha256 "):  # sha256sum's own line
+            digest, path = sha256sum_line(line[len("sha256 "):])
             files[path] = digest
-        elif not section and line.startswith("file "):  # "file <path> absent"
-            _, path, sha = line.split(" ", 2)
-            files[path] = None if sha == "absent" else sha
+        elif not section and line.startswith("file ") and line.endswith(" absent"):
+            files[line[len("file "):-len(" absent")]] = None
     return {"files": files, "show": show, "reach": reach}
 
 

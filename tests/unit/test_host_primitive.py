@@ -367,8 +367,8 @@ def test_rollout_check_records_a_new_ssh_user_without_rerunning_and_refuses_a_mo
 ACC = {"conn": CONN, "name": "gf-absent-test-user", "uid": 64999, "gid": 64999,
        "home": "/nonexistent", "shell": "/usr/sbin/nologin"}
 ACC_PRESENT = parse_account_probe(
-    "user gf-absent-test-user:x:64999:64999::/nonexistent:/usr/sbin/nologin\n"
-    "group gf-absent-test-user:x:64999:\nuid \ngid \n")
+    "== passwd\ngf-absent-test-user:x:64999:64999::/nonexistent:/usr/sbin/nologin\n"
+    "== group\ngf-absent-test-user:x:64999:\n", "gf-absent-test-user", 64999, 64999)
 
 
 def test_refresh_after_an_interrupted_destroy_keeps_what_the_next_probe_needs(hosts):

@@ -84,11 +84,9 @@ def test_file_outputs_never_carry_content():
 # ---- PackageSet ---------------------------------------------------------------
 PROBE = """== installed
 hello 2.10-3 ii
-jq 1.6-2.1 ii
+jq 1.6-2.1 hi
 libc6:amd64 2.36-9 ii
 old 1.0 rc
-== held
-jq
 """
 
 
@@ -168,8 +166,10 @@ F1, F2 = "/etc/systemd/system/demo.service", "/etc/systemd/system/demo.service.d
 
 
 def unit_obs(files_ok=True, active="active", enabled="enabled", reload="no", delegate="yes"):
-    lines = [f"file {F1} {sha256_text(UNIT['content']) if files_ok else 'absent'}",
-             f"file {F2} {sha256_text(UNIT['dropins']['10-delegate.conf']) if files_ok else 'absent'}",
+    def file(path, text):  # as the probe prints it: sha256sum's line, or absent
+        return f"sha256 {sha256_text(text)}  {path}" if files_ok else f"file {path} absent"
+
+    lines = [file(F1, UNIT['content']), file(F2, UNIT['dropins']['10-delegate.conf']),
              "== show", "LoadState=loaded", f"ActiveState={active}", f"UnitFileState={enabled}",
              f"NeedDaemonReload={reload}", f"Delegate={delegate}"]
     return parse_unit_probe("\n".join(lines))
@@ -210,7 +210,7 @@ MOUNT = {"conn": CONN, "name": "mnt-data.mount", "content": "[Mount]\nWhat=s:/da
 def mount_obs(reach: str):
     from components.providers.file import sha256_text as sha
     return parse_unit_probe("\n".join([
-        f"file /etc/systemd/system/mnt-data.mount {sha(MOUNT['content'])}", "== show", "LoadState=loaded",
+        f"sha256 {sha(MOUNT['content'])}  /etc/systemd/system/mnt-data.mount", "== show", "LoadState=loaded",
         "ActiveState=active", "UnitFileState=enabled", "NeedDaemonReload=no", "== reach", reach]))
 
 
@@ -237,23 +237,24 @@ ACC = {"conn": CONN, "name": "slurm", "uid": 64030, "gid": 64030, "home": "/none
 
 
 def test_account_created_with_fixed_ids():
-    obs = parse_account_probe("user \ngroup \nuid \ngid \n")
+    obs = parse_account_probe("== passwd\n== group\n", "slurm", 64030, 64030)
     steps = AccountProvider().plan(ACC, obs, {})
     assert list(steps[0].argv) == ["groupadd", "--system", "-g", "64030", "slurm"]
     assert steps[1].argv[:5] == ["useradd", "--system", "-u", "64030", "-g"]
 
 
 def test_account_in_sync():
-    obs = parse_account_probe(
-        "user slurm:x:64030:64030:slurm:/nonexistent:/usr/sbin/nologin\ngroup slurm:x:64030:\n"
-        "uid slurm:x:64030:64030:slurm:/nonexistent:/usr/sbin/nologin\ngid slurm:x:64030:\n")
+    obs = parse_account_probe(  # getent answers each key: the name's entry, then the id's
+        "== passwd\nslurm:x:64030:64030:slurm:/nonexistent:/usr/sbin/nologin\n"
+        "slurm:x:64030:64030:slurm:/nonexistent:/usr/sbin/nologin\n"
+        "== group\nslurm:x:64030:\nslurm:x:64030:\n", "slurm", 64030, 64030)
     assert AccountProvider().plan(ACC, obs, {}) == []
 
 
 def test_account_never_renumbers():
     obs = parse_account_probe(
-        "user slurm:x:999:999:slurm:/var/lib/slurm:/bin/false\ngroup slurm:x:999:\n"
-        "uid munge:x:64030:64030::/:/bin/false\ngid \n")
+        "== passwd\nslurm:x:999:999:slurm:/var/lib/slurm:/bin/false\nmunge:x:64030:64030::/:/bin/false\n"
+        "== group\nslurm:x:999:\n", "slurm", 64030, 64030)
     with pytest.raises(PlanRefused) as e:
         AccountProvider().plan(ACC, obs, {})
     msg = str(e.value)
@@ -384,3 +385,13 @@ def test_the_account_probe_script_read_as_the_provider_reads_it(tmp_path):
     assert obs == {"user": None, "group": None, "uid": None, "gid": None}
     obs = read("munge", 64030, 999)
     assert obs["user"]["uid"] == 999 and obs["uid"]["name"] == "other" and obs["gid"]["name"] == "munge"
+
+
+def test_sha256sum_line_reads_plain_and_escaped_names():
+    """sha256sum escapes a name with a backslash or newline and marks the line with a leading
+    backslash; the path is unescaped in one pass."""
+    from components.providers.file import sha256sum_line
+
+    assert sha256sum_line("ab12  /etc/slurm/slurm.conf") == ("ab12", "/etc/slurm/slurm.conf")
+    assert sha256sum_line("\\ab12  /etc/a\\\\nb\\nc") == ("ab12", "/etc/a\\nb\nc")
+    assert sha256sum_line("") == ("", "")

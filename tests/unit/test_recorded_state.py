@@ -238,15 +238,17 @@ def _account_case(tmp_path: Path, monkeypatch) -> tuple[dict, CannedHost]:
     props = {"conn": CONN, "name": ACCOUNT, "uid": 64999, "gid": 64999, "home": "/nonexistent",
              "shell": "/usr/sbin/nologin"}
     answers = {
-        "absent": "user \ngroup \nuid \ngid \n",
-        "partly": f"user {_PASSWD}\ngroup \nuid {_PASSWD}\ngid \n",  # the user without its group
-        "there": f"user {_PASSWD}\ngroup {_GROUP}\nuid {_PASSWD}\ngid {_GROUP}\n",
+        # as getent answers `getent passwd <name> <uid>` (each key's entry) and the same in group
+        "absent": "== passwd\n== group\n",
+        "partly": f"== passwd\n{_PASSWD}\n{_PASSWD}\n== group\n",  # the user without its group
+        "there": f"== passwd\n{_PASSWD}\n{_PASSWD}\n== group\n{_GROUP}\n{_GROUP}\n",
     }
     return props, CannedHost(monkeypatch, display(AccountProvider().probe_argv(props)), answers)
 
 
-def _dpkg(*lines: str, held: tuple[str, ...] = ()) -> str:
-    return "\n".join(["== installed", "libc6 2.36-9 ii ", *lines, "== held", *held]) + "\n"
+def _dpkg(*lines: str) -> str:
+    """The probe's answer: dpkg-query's lines (a held package's status starts with h)."""
+    return "\n".join(["== installed", "libc6 2.36-9 ii ", *lines, "== dpkg-updates"]) + "\n"
 
 
 def _packages_case(tmp_path: Path, monkeypatch) -> tuple[dict, CannedHost]:
@@ -256,8 +258,7 @@ def _packages_case(tmp_path: Path, monkeypatch) -> tuple[dict, CannedHost]:
         "absent": _dpkg(),
         # munge and its library there, not held; slurmd missing
         "partly": _dpkg("munge 0.5.15-2 ii ", "libmunge2 0.5.15-2 ii "),
-        "there": _dpkg("munge 0.5.15-2 hi ", "libmunge2 0.5.15-2 ii ", "slurmd 22.05.8-4 hi ",
-                       held=("munge", "slurmd")),
+        "there": _dpkg("munge 0.5.15-2 hi ", "libmunge2 0.5.15-2 ii ", "slurmd 22.05.8-4 hi "),
     }
     return props, CannedHost(monkeypatch, display(PackageSetProvider().probe_argv(props)), answers,
                              other_reads=("env DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=a apt-get -s purge",))
@@ -269,7 +270,11 @@ DROPIN_TEXT = "[Service]\nDelegate=yes\n"
 
 
 def _unit_probe(unit: Optional[str], dropin: Optional[str], show: dict[str, str]) -> str:
-    lines = [f"file {UNIT_DIR}/{UNIT} {unit or 'absent'}", f"file {UNIT_DIR}/{UNIT}.d/10-delegate.conf {dropin or 'absent'}",
+    """The probe's answer: sha256sum's line for a file there, `file <path> absent` otherwise."""
+    def file(path: str, digest: Optional[str]) -> str:
+        return f"sha256 {digest}  {path}" if digest else f"file {path} absent"
+
+    lines = [file(f"{UNIT_DIR}/{UNIT}", unit), file(f"{UNIT_DIR}/{UNIT}.d/10-delegate.conf", dropin),
              "== show", *(f"{k}={v}" for k, v in show.items())]
     return "\n".join(lines) + "\n"
 

@@ -1,10 +1,10 @@
 #!/bin/sh
 # Reads one managed file: kind, mode/owner/group, SHA-256, whether its backup and parent dir exist.
 # $1 the file's path (absolute), $2 its backup path, $3 "pyc" to list the Python module's
-# bytecode in __pycache__ (and "python3 absent" without one to compile it) too. Prints
-# "kind|meta|sha256|backup|parent|bytecode ..." lines; the
-# sha256 line is sha256sum's own ("sha256 <hex>  <path>"). Forks only for stat and sha256sum
-# (the parent from ${p%/*}, no dirname or cut): a host's refresh runs this for every file.
+# bytecode in __pycache__ too (and "python3 absent" where there is none to compile it).
+# Prints "kind|meta|sha256|backup|parent|bytecode ..." lines; the sha256 line is sha256sum's
+# own ("sha256 <hex>  <path>"). Forks only for stat and sha256sum (the parent from ${p%/*},
+# no dirname or cut): a host's refresh runs this for every file.
 
 p="$1"; b="$2"
 if [ -L "$p" ]; then echo "kind link"
