@@ -5,7 +5,10 @@ system update must not slip another Slurm in. So versions are exact
 (`name=version`), held with `apt-mark hold`, and a version lower than what is
 installed is refused unless `allow_downgrade` says so. Create records every
 package the install added (dependencies too); delete purges exactly those,
-after an apt simulation proves nothing else would go with them.
+after an apt simulation proves nothing else would go with them. With
+`start_services=False` the packages' own scripts start no service that is not
+running (scripts/packages_no_start.sh): the layer's SystemdUnits start them once
+their config is in place.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ APT_OPTS = ["-y", "-q", *APT_LOCK_WAIT, "-o", "Dpkg::Options::=--force-confdef",
             "-o", "Dpkg::Options::=--force-confold"]
 
 _PROBE = script(__file__, "packages_probe.sh")
+_NO_START = script(__file__, "packages_no_start.sh")
 
 
 def parse_package_probe(stdout: str) -> Observed:
@@ -114,10 +118,13 @@ class PackageSetProvider(HostPrimitive):
                 )
             change[name] = version
         steps: list[Step] = []
+        # a package's scripts start no service the layer has not started yet (its config is
+        # not there): packages_no_start.sh; an upgrade still restarts what is running
+        quiet = [] if props.get("start_services", True) else sh(_NO_START)
         if change and obs.get("interrupted"):
             # a run killed mid-install (the host lost power, its sshd went with the session):
             # dpkg refuses every install until the half-done one is configured
-            steps.append(Step([*APT_ENV, "dpkg", "--configure", "-a"],
+            steps.append(Step([*quiet, *APT_ENV, "dpkg", "--configure", "-a"],
                               "finish the package operation an interrupted run left"))
         if change:
             held_changing = sorted(n for n in change if n in obs["held"])
@@ -126,8 +133,9 @@ class PackageSetProvider(HostPrimitive):
             steps.append(Step([*APT_ENV, "apt-get", "-q", *APT_LOCK_WAIT, "update"], "refresh package lists"))
             args = [f"{n}={v}" for n, v in sorted(change.items())]
             extra = ["--allow-downgrades"] if props.get("allow_downgrade") else []
-            steps.append(Step([*APT_ENV, "apt-get", "install", *APT_OPTS, "--no-install-recommends",
-                               *extra, *args], "install exact versions"))
+            steps.append(Step([*quiet, *APT_ENV, "apt-get", "install", *APT_OPTS, "--no-install-recommends",
+                               *extra, *args], "install exact versions"
+                              + ("" if not quiet else ", starting no service that is not running")))
         names = sorted(want)
         to_hold = [n for n in names if hold and (n not in obs["held"] or n in change)]
         to_unhold = [n for n in names if not hold and n in obs["held"]]
@@ -189,16 +197,23 @@ class PackageSetProvider(HostPrimitive):
 
 
 class PackageSet(Resource, module="host", name="PackageSet"):
-    """Exact package versions on one host, held against upgrades."""
+    """Exact package versions on one host, held against upgrades.
+
+    `start_services=False`: the install starts no service that is not running (an upgrade
+    restarts those that are); for a layer whose SystemdUnits start its daemons after their
+    config. How an install runs, not what it leaves: not part of the diff."""
 
     versions: pulumi.Output[dict]
     added: pulumi.Output[list]
 
     def __init__(self, name: str, *, conn: dict, packages: dict[str, str], hold: bool = True,
-                 allow_downgrade: bool = False, opts: Optional[pulumi.ResourceOptions] = None):
+                 allow_downgrade: bool = False, start_services: bool = True,
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        # recorded only when off: the default leaves a stack's state as it was
+        how = {} if start_services else {"start_services": False}
         super().__init__(
             PackageSetProvider(), name,
             {"conn": conn, "packages": packages, "hold": hold, "allow_downgrade": allow_downgrade,
-             "versions": None, "held": None, "added": None},
+             **how, "versions": None, "held": None, "added": None},
             opts,
         )

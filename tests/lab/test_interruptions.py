@@ -68,6 +68,8 @@ def converges(proj: PulumiProject) -> None:
     out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
     assert out["admission"]["admitted"] == NODES and out["canary"]["passed"] is True
     proj.run("preview", "--stack", "lab", "--expect-no-changes")
+    # the interrupted install's no-start policy (packages_no_start.sh) ended with it
+    assert ssh(WATCHED, "test ! -e /usr/sbin/policy-rc.d", check=False).returncode == 0
 
 
 def project(tmp_path: Path) -> PulumiProject:

@@ -125,3 +125,34 @@ def test_primitives_lifecycle(program):
     # destroy: the host is as before
     proj.run("destroy", "--yes", "--stack", "lab")
     assert snapshot() == before
+
+
+
+def test_the_no_start_policy_lets_running_services_restart_and_starts_nothing_new(lab):
+    """packages_no_start.sh on a real host, around a command that asks the policy what
+    invoke-rc.d and deb-systemd-invoke would ask: a start of a service not running refused
+    (101), a restart of a running one (sshd) and any stop allowed; the policy gone when the
+    command ends, its exit status passed on; an admin's own policy-rc.d left as it is and used."""
+    import shlex
+
+    from components.providers.packages import _NO_START
+
+    asks = ["ssh.service restart", "--quiet ssh start", "gf-none.service start",
+            "gf-none.service restart", "gf-none reload", "gf-none.service stop"]
+    ask = "; ".join(f"/usr/sbin/policy-rc.d {q}; echo \"{q}=$?\"" for q in asks) + "; exit 7"
+    run = (f"sh -c {shlex.quote(_NO_START)} sh sh -c {shlex.quote(ask)}; echo \"rc=$?\"; "
+           "test -e /usr/sbin/policy-rc.d && echo left; :")
+    out = ssh(HOST, run).stdout.splitlines()
+    assert dict(line.rsplit("=", 1) for line in out if "=" in line) == {
+        "ssh.service restart": "0", "--quiet ssh start": "0", "gf-none.service start": "101",
+        "gf-none.service restart": "101", "gf-none reload": "101", "gf-none.service stop": "0",
+        "rc": "7"}, out
+    assert "left" not in out, out
+    # an admin's policy: kept, and the command runs under it
+    ssh(HOST, "printf '#!/bin/sh\\nexit 104\\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d")
+    try:
+        out = ssh(HOST, f"sh -c {shlex.quote(_NO_START)} sh sh -c '/usr/sbin/policy-rc.d x start; echo $?'; "
+                        "cat /usr/sbin/policy-rc.d").stdout
+        assert out.splitlines() == ["104", "#!/bin/sh", "exit 104"], out
+    finally:
+        ssh(HOST, "rm -f /usr/sbin/policy-rc.d")

@@ -64,6 +64,10 @@ def release24(lab, tmp_path_factory):
     proj.run("config", "set", "--path", "gpu-fleet:accounting.backup_dir", BACKUPS, "--stack", "lab")
     for k, pkg in (("mariadb_version", "mariadb-server"), ("nftables_version", "nftables")):
         proj.run("config", "set", "--path", f"gpu-fleet:accounting.{k}", repo_version(pkg), "--stack", "lab")
+    # A controller that never ran Slurm: 24.11 cannot read the state an earlier module's 22.05
+    # left (`fatal: Can not recover assoc_usage state, incompatible version`; Slurm upgrades
+    # from two releases back at most), which a rollback keeps as it keeps all data.
+    ssh("ctl", "rm -rf /var/lib/slurm/slurmctld")
     try:
         proj.run("up", "--yes", "--stack", "lab", timeout=1500)  # accounting off: the controller's own ID
         proj.own = state_file()

@@ -395,3 +395,18 @@ def test_sha256sum_line_reads_plain_and_escaped_names():
     assert sha256sum_line("ab12  /etc/slurm/slurm.conf") == ("ab12", "/etc/slurm/slurm.conf")
     assert sha256sum_line("\\ab12  /etc/a\\\\nb\\nc") == ("ab12", "/etc/a\\nb\nc")
     assert sha256sum_line("") == ("", "")
+
+
+def test_an_install_that_starts_no_service_runs_under_the_no_start_policy():
+    """start_services=False: the install (and a half-done one's configure) runs through
+    packages_no_start.sh; the default runs apt-get itself, and the diff ignores the choice."""
+    p = PackageSetProvider()
+    obs = parse_package_probe(PROBE + "== dpkg-updates\n0001\n")
+    want = {"packages": {"tree": "2.1.0-1"}, "hold": True}
+    plain = p.plan(want, obs, {})
+    quiet = p.plan({**want, "start_services": False}, obs, {})
+    assert [s.argv[0] for s in plain] == ["env", "env", "env", "apt-mark"]
+    wrapped = [s for s in quiet if s.argv[:2] == ["sh", "-c"]]
+    assert len(wrapped) == 2 and "policy-rc.d" in wrapped[0].argv[2]
+    assert [list(s.argv[4:]) for s in wrapped] == [list(plain[0].argv), list(plain[2].argv)]
+    assert "starting no service" in wrapped[1].why

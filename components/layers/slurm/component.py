@@ -134,8 +134,10 @@ class SlurmCluster(pulumi.ComponentResource):
                 {"user": "munge", "uid": s.munge_uid, "gid": s.munge_gid},
                 {"user": "slurm", "uid": s.slurm_uid, "gid": s.slurm_gid},
                 {"user": s.canary_user, "uid": s.canary_uid, "gid": s.canary_uid, "shell": "/bin/sh"}])]
+            # the packages start no daemon: munged before its key, slurmd before its config
+            # (24.11's waits out systemd's start timeout); the units below start them
             pkgs = PackageSet(f"{h}-slurm-packages", conn=conn, packages=packages, hold=True,
-                              opts=pulumi.ResourceOptions(
+                              start_services=False, opts=pulumi.ResourceOptions(
                                   parent=self, depends_on=[*ids, self.packages.sources[h], *after]))
             after_pkgs = pulumi.ResourceOptions(parent=self, depends_on=[pkgs])
             key = File(f"{h}-munge-key", conn=conn, path="/etc/munge/munge.key", content=munge_key,
