@@ -17,10 +17,12 @@ from pulumi.dynamic import CreateResult, DiffResult, Resource, UpdateResult
 
 from ..scripts import script
 from ..transport.command import Piece, sh
-from .base import HostPrimitive, Observed, Props, Step, _entry
+from .base import HostPrimitive, NotConverged, Observed, Props, Step, _entry
 from .file import sha256_text, sha256sum_line, write_step
 
 UNIT_DIR = "/etc/systemd/system"
+#: lines of a unit's journal a failed start shows (where the daemon says why it stopped)
+JOURNAL_LINES = 15
 _BASE_PROPS = ("LoadState", "ActiveState", "UnitFileState", "NeedDaemonReload")
 
 _PROBE = script(__file__, "systemd_probe.sh")  # $PROPS: the -p options of `properties`
@@ -81,6 +83,19 @@ class SystemdUnitProvider(HostPrimitive):
 
     def parse(self, props: Props, stdout: str) -> Observed:
         return parse_unit_probe(stdout)
+
+    def apply(self, props: Props, record: Props) -> Props:
+        """Apply; a unit that does not come up is reported with the end of its journal, where
+        the daemon says why (24.11's slurmctld on 22.05's state: `fatal: Can not recover
+        assoc_usage state, incompatible version`), not only with the start still planned."""
+        try:
+            return super().apply(props, record)
+        except NotConverged as e:
+            log = self._conn(props).run(
+                ["journalctl", "-u", props["name"], "-n", str(JOURNAL_LINES), "--no-pager", "-o", "short-iso"],
+                mutating=False, check=False).stdout.rstrip()
+            lines = "\n".join(f"    {line}" for line in log.splitlines()) or "    (empty)"
+            raise NotConverged(f"{e}\n  the unit's journal, last {JOURNAL_LINES} lines:\n{lines}") from None
 
     def desired(self, props: Props) -> dict[str, Any]:
         return {

@@ -156,3 +156,24 @@ def test_the_no_start_policy_lets_running_services_restart_and_starts_nothing_ne
         assert out.splitlines() == ["104", "#!/bin/sh", "exit 104"], out
     finally:
         ssh(HOST, "rm -f /usr/sbin/policy-rc.d")
+
+
+def test_a_unit_that_does_not_come_up_is_reported_with_its_journal(lab):
+    """A start that does not take (the daemon exits at once, as 24.11's slurmctld on 22.05's
+    state): the error names host and unit and carries what the daemon said in its journal."""
+    from components.errors import FleetError
+    from components.providers.systemd import SystemdUnitProvider
+
+    unit = "gf-broken.service"
+    props = {"conn": lab_conn(HOST), "name": unit, "enabled": False, "active": True, "dropins": {},
+             "properties": {}, "triggers": {}, "files": None, "live": None,
+             "content": "[Service]\nExecStart=/bin/sh -c 'echo gf-broken: no state I can read >&2; exit 3'\n"}
+    try:
+        with pytest.raises(FleetError) as err:
+            SystemdUnitProvider().create(props)
+        msg = str(err.value)
+        assert f"host {HOST}: {unit} did not converge" in msg, msg
+        assert "gf-broken: no state I can read" in msg.split("journal")[1], msg
+    finally:
+        ssh(HOST, f"systemctl stop {unit}; rm -f /etc/systemd/system/{unit}; systemctl daemon-reload; "
+                  f"systemctl reset-failed {unit}; :")

@@ -17,6 +17,7 @@ from components.transport.ssh import ssh_argv
 from lab import slurm_release
 from tests.pulumi_cli import PulumiProject
 
+from .conftest import lab_command
 from .labhosts import lab_conn, ssh
 from .test_accounting import connects, repo_version
 from .test_slurm_cluster import as_user
@@ -50,7 +51,17 @@ def cluster_id(proj) -> dict:
 
 
 @pytest.fixture(scope="module")
-def release24(lab, tmp_path_factory):
+def release24(lab, lab_session, tmp_path_factory):
+    # Fresh hosts: a controller that never ran Slurm. What earlier modules leave on ctl (22.05
+    # held and serving, its state, which a rollback keeps as it keeps all data) is not what
+    # this module tests, and 24.11 refuses 22.05's state (`fatal: Can not recover assoc_usage
+    # state, incompatible version`: Slurm upgrades from a few releases back at most).
+    lab_session.exclusive()
+    try:
+        lab_command("down", timeout=300)
+        lab_command("up")
+    finally:
+        lab_session.shared()
     copy_release_to_storage()
     tmp = tmp_path_factory.mktemp("release24")
     proj = PulumiProject.copy_of_repo(tmp)
@@ -64,10 +75,6 @@ def release24(lab, tmp_path_factory):
     proj.run("config", "set", "--path", "gpu-fleet:accounting.backup_dir", BACKUPS, "--stack", "lab")
     for k, pkg in (("mariadb_version", "mariadb-server"), ("nftables_version", "nftables")):
         proj.run("config", "set", "--path", f"gpu-fleet:accounting.{k}", repo_version(pkg), "--stack", "lab")
-    # A controller that never ran Slurm: 24.11 cannot read the state an earlier module's 22.05
-    # left (`fatal: Can not recover assoc_usage state, incompatible version`; Slurm upgrades
-    # from two releases back at most), which a rollback keeps as it keeps all data.
-    ssh("ctl", "rm -rf /var/lib/slurm/slurmctld")
     try:
         proj.run("up", "--yes", "--stack", "lab", timeout=1500)  # accounting off: the controller's own ID
         proj.own = state_file()
