@@ -121,6 +121,17 @@ class LabUsers:
         os.close(self.fd)
 
 
+def remake_hosts(users: LabUsers) -> None:
+    """The lab's hosts made again from the image (down, then up: seconds), waiting until no
+    other test session uses the lab: what earlier tests left on them is gone."""
+    users.exclusive()
+    try:
+        lab_command("down", timeout=300)
+        lab_command("up")
+    finally:
+        users.shared()
+
+
 @pytest.fixture(scope="session")
 def lab_session():
     """Brings the lab down when the session ends, whichever test brought it up, unless

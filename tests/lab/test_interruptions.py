@@ -29,7 +29,7 @@ import pytest
 from tests.procs import processes, providers_of, wait_for
 from tests.pulumi_cli import ROOT, PulumiProject
 
-from .conftest import lab_command
+from .conftest import remake_hosts
 from .labhosts import command_log, ssh
 from .test_slurm_cluster import NODES
 
@@ -86,12 +86,7 @@ def fresh_hosts(lab, lab_session):
     interrupted run installed is found there by the next up's create, recorded as already
     there and so kept by that stack's rollback (a known gap): a test after it, or after any
     other module's leftovers, would find nothing left to install."""
-    lab_session.exclusive()
-    try:
-        lab_command("down", timeout=300)
-        lab_command("up")
-    finally:
-        lab_session.shared()
+    remake_hosts(lab_session)
 
 
 def test_ctrl_c_of_pulumi_up_while_packages_install(lab, tmp_path):

@@ -17,7 +17,7 @@ from components.transport.ssh import ssh_argv
 from lab import slurm_release
 from tests.pulumi_cli import PulumiProject
 
-from .conftest import lab_command
+from .conftest import remake_hosts
 from .labhosts import lab_conn, ssh
 from .test_accounting import connects, repo_version
 from .test_slurm_cluster import as_user
@@ -56,12 +56,7 @@ def release24(lab, lab_session, tmp_path_factory):
     # held and serving, its state, which a rollback keeps as it keeps all data) is not what
     # this module tests, and 24.11 refuses 22.05's state (`fatal: Can not recover assoc_usage
     # state, incompatible version`: Slurm upgrades from a few releases back at most).
-    lab_session.exclusive()
-    try:
-        lab_command("down", timeout=300)
-        lab_command("up")
-    finally:
-        lab_session.shared()
+    remake_hosts(lab_session)
     copy_release_to_storage()
     tmp = tmp_path_factory.mktemp("release24")
     proj = PulumiProject.copy_of_repo(tmp)
