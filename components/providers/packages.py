@@ -135,7 +135,7 @@ class PackageSetProvider(HostPrimitive):
             extra = ["--allow-downgrades"] if props.get("allow_downgrade") else []
             steps.append(Step([*quiet, *APT_ENV, "apt-get", "install", *APT_OPTS, "--no-install-recommends",
                                *extra, *args], "install exact versions"
-                              + ("" if not quiet else ", starting no service that is not running")))
+                              + (", starting no service that is not running" if quiet else "")))
         names = sorted(want)
         to_hold = [n for n in names if hold and (n not in obs["held"] or n in change)]
         to_unhold = [n for n in names if not hold and n in obs["held"]]

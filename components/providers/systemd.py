@@ -15,6 +15,7 @@ from typing import Any, Optional
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, Resource, UpdateResult
 
+from ..errors import FleetError
 from ..scripts import script
 from ..transport.command import Piece, sh
 from .base import HostPrimitive, NotConverged, Observed, Props, Step, _entry
@@ -91,10 +92,13 @@ class SystemdUnitProvider(HostPrimitive):
         try:
             return super().apply(props, record)
         except NotConverged as e:
-            log = self._conn(props).run(
-                ["journalctl", "-u", props["name"], "-n", str(JOURNAL_LINES), "--no-pager", "-o", "short-iso"],
-                mutating=False, check=False).stdout.rstrip()
-            lines = "\n".join(f"    {line}" for line in log.splitlines()) or "    (empty)"
+            try:  # the journal adds to the error; failing to read it must not replace it
+                log = self._conn(props).run(
+                    ["journalctl", "-u", props["name"], "-n", str(JOURNAL_LINES), "--no-pager", "-o", "short-iso"],
+                    mutating=False, check=False).stdout.rstrip() or "(empty)"
+            except FleetError as unread:
+                log = f"(not read: {unread})"
+            lines = "\n".join(f"    {line}" for line in log.splitlines())
             raise NotConverged(f"{e}\n  the unit's journal, last {JOURNAL_LINES} lines:\n{lines}") from None
 
     def desired(self, props: Props) -> dict[str, Any]:

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import json
 import secrets
+import shlex
 from pathlib import Path
 
 import pytest
 
+from components.errors import FleetError
+from components.providers.packages import _NO_START
+from components.providers.systemd import SystemdUnitProvider
 from tests.pulumi_cli import ROOT, PulumiProject
 
 from .labhosts import command_log, lab_conn, ssh
@@ -127,16 +131,11 @@ def test_primitives_lifecycle(program):
     assert snapshot() == before
 
 
-
 def test_the_no_start_policy_lets_running_services_restart_and_starts_nothing_new(lab):
     """packages_no_start.sh on a real host, around a command that asks the policy what
     invoke-rc.d and deb-systemd-invoke would ask: a start of a service not running refused
     (101), a restart of a running one (sshd) and any stop allowed; the policy gone when the
     command ends, its exit status passed on; an admin's own policy-rc.d left as it is and used."""
-    import shlex
-
-    from components.providers.packages import _NO_START
-
     asks = ["ssh.service restart", "--quiet ssh start", "gf-none.service start",
             "gf-none.service restart", "gf-none reload", "gf-none.service stop"]
     ask = "; ".join(f"/usr/sbin/policy-rc.d {q}; echo \"{q}=$?\"" for q in asks) + "; exit 7"
@@ -161,9 +160,6 @@ def test_the_no_start_policy_lets_running_services_restart_and_starts_nothing_ne
 def test_a_unit_that_does_not_come_up_is_reported_with_its_journal(lab):
     """A start that does not take (the daemon exits at once, as 24.11's slurmctld on 22.05's
     state): the error names host and unit and carries what the daemon said in its journal."""
-    from components.errors import FleetError
-    from components.providers.systemd import SystemdUnitProvider
-
     unit = "gf-broken.service"
     props = {"conn": lab_conn(HOST), "name": unit, "enabled": False, "active": True, "dropins": {},
              "properties": {}, "triggers": {}, "files": None, "live": None,
