@@ -57,10 +57,11 @@ def stubs(tmp_path) -> Stubs:
 # ---- slurm/scripts/reconfigure.sh --------------------------------------------------------
 
 def reconfigure(stubs: Stubs, ctl: datetime, slurmd: list[str], agent_queue: str = "0"):
-    """Run reconfigure.sh: slurm.conf written at WRITTEN, slurmctld active since `ctl`, and
-    `scontrol show node -o` giving each node the SlurmdStartTime in `slurmd`."""
-    stubs.add("stat", f"echo {int(WRITTEN.timestamp())}")
-    stubs.add("systemctl", f"echo '{ctl.strftime('%a %Y-%m-%d %H:%M:%S UTC')}'")
+    """Run reconfigure.sh: slurm.conf written half a second into WRITTEN's second, slurmctld
+    active since `ctl` (both as finely as `stat` and systemd give them), and `scontrol show
+    node -o` giving each node the SlurmdStartTime in `slurmd` (whole seconds, as Slurm's)."""
+    stubs.add("stat", f"echo {WRITTEN.timestamp() + 0.5:.9f}")
+    stubs.add("systemctl", f"echo '{ctl.strftime('%a %Y-%m-%d %H:%M:%S.%f UTC')}'")
     nodes = "\n".join(f"NodeName=gpu{i:02d} Arch=x86_64 SlurmdStartTime={t} State=IDLE"
                       for i, t in enumerate(slurmd))
     stubs.add("scontrol", f'[ "$1 $2" = "show node" ] && cat <<"EOF"\n{nodes}\nEOF\nexit 0')
@@ -81,8 +82,9 @@ def test_reconfigure_skipped_when_every_daemon_started_after_the_write(stubs):
     res, calls = reconfigure(stubs, AFTER, [iso(AFTER), iso(AFTER + timedelta(seconds=30))])
     assert calls == []
     assert "nothing to reconfigure" in res.stdout
-    assert stubs.calls("stat") == ["stat -c %Y -- /etc/slurm/slurm.conf"]
-    assert stubs.calls("systemctl") == ["systemctl show -p ActiveEnterTimestamp --value slurmctld.service"]
+    assert stubs.calls("stat") == ["stat -c %.9Y -- /etc/slurm/slurm.conf"]
+    assert stubs.calls("systemctl") == [
+        "systemctl show -p ActiveEnterTimestamp --value --timestamp=us+utc slurmctld.service"]
     assert stubs.calls("sleep") == [] and stubs.calls("sdiag") == []
 
 
@@ -99,9 +101,22 @@ def test_reconfigure_once_when_any_one_slurmd_started_before_the_write(stubs, wh
     assert calls == ["scontrol reconfigure"]
 
 
-def test_reconfigure_when_a_daemon_started_in_the_same_second_as_the_write(stubs):
-    _, calls = reconfigure(stubs, WRITTEN, [iso(AFTER)])
-    assert calls == ["scontrol reconfigure"]  # the order within a second is unknown
+@pytest.mark.parametrize("offset_s, reconfigured", [(0.8, False), (0.2, True)])
+def test_slurmctld_in_the_writes_second_is_told_apart_to_the_microsecond(stubs, offset_s, reconfigured):
+    """Written at .5 of the second: slurmctld active at .8 runs this file, at .2 it does not."""
+    _, calls = reconfigure(stubs, WRITTEN + timedelta(seconds=offset_s), [iso(AFTER)])
+    assert calls == (["scontrol reconfigure"] if reconfigured else [])
+
+
+def test_a_slurmd_started_in_the_writes_second_counts_as_after_it_and_one_a_second_before_not(stubs):
+    """Slurm gives a slurmd's start in whole seconds; the layer starts every slurmd after the
+    file: one in the file's own second is after it (the first converge's case, where a whole-
+    second rule reconfigured ~60 % of runs for nothing)."""
+    _, calls = reconfigure(stubs, AFTER, [iso(AFTER), iso(WRITTEN)])
+    assert calls == []
+    stubs.log.write_text("")
+    _, calls = reconfigure(stubs, AFTER, [iso(AFTER), iso(WRITTEN - timedelta(seconds=1))])
+    assert calls == ["scontrol reconfigure"]
 
 
 @pytest.mark.parametrize("bad", ["None", "Unknown", "garbage-time"])

@@ -7,16 +7,24 @@
 # slurmstepd) can get a broken I/O init message (`srun: io_init_msg_unpack: unpack error`)
 # although the task ran. After a real reconfigure, wait for the controller's agent to deliver
 # it to every slurmd and give each a moment to reload: 22.05 reports no end of a slurmd reload.
+#
+# slurmctld runs on this host: its start and the file's mtime are compared to the microsecond.
+# Slurm gives a slurmd's start in whole seconds: one that started in the second the file was
+# written counts as after it. Every slurmd the layer starts or restarts does so after this
+# file (and then its own copy) was written; comparing whole seconds made ~60 % of first
+# converges reconfigure for nothing (their daemons started within the file's second), 2 s each.
 # A SlurmdStartTime that `date` cannot read (a node that never started) is skipped.
 
 set -eu
-written=$(stat -c %Y -- "$1")
-oldest=$(date -d "$(systemctl show -p ActiveEnterTimestamp --value slurmctld.service)" +%s)
-for t in $(scontrol show node -o | grep -o 'SlurmdStartTime=[^ ]*' | cut -d= -f2); do
-  s=$(date -d "$t" +%s 2>/dev/null) || continue
-  [ "$s" -lt "$oldest" ] && oldest=$s
-done
-if [ "$oldest" -gt "$written" ]; then
+written=$(stat -c %.9Y -- "$1")
+ctld=$(date -d "$(systemctl show -p ActiveEnterTimestamp --value --timestamp=us+utc slurmctld.service)" +%s.%N)
+slurmd=$(scontrol show node -o | grep -o 'SlurmdStartTime=[^ ]*' | cut -d= -f2 | while read -r t; do
+  date -d "$t" +%s 2>/dev/null || :
+done)
+if printf '%s\n' "$slurmd" | awk -v w="$written" -v c="$ctld" '
+  BEGIN { after = (c + 0 > w + 0); second = int(w) }
+  NF && $1 + 0 < second { after = 0 }
+  END { exit !after }'; then
   echo "slurmctld and every slurmd started after $1 was written: nothing to reconfigure"; exit 0
 fi
 scontrol reconfigure
