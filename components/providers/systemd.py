@@ -25,6 +25,8 @@ UNIT_DIR = "/etc/systemd/system"
 #: lines of a unit's journal a failed start shows (where the daemon says why it stopped)
 JOURNAL_LINES = 15
 _BASE_PROPS = ("LoadState", "ActiveState", "UnitFileState", "NeedDaemonReload")
+#: ActiveStates of a unit whose daemon runs (or is being started): `start` would not start it again
+RUNNING = ("active", "activating", "reloading")
 
 _PROBE = script(__file__, "systemd_probe.sh")  # $PROPS: the -p options of `properties`
 
@@ -115,14 +117,15 @@ class SystemdUnitProvider(HostPrimitive):
             "files": {p: obs["files"].get(p) for p in unit_paths(props)},
             "enabled": show.get("UnitFileState") in ("enabled", "enabled-runtime"),
             # a mount whose root answers an error is not serving: not the active state wanted
-            "active": show.get("ActiveState") in ("active", "activating", "reloading") and not unreachable(obs),
+            "active": show.get("ActiveState") in RUNNING and not unreachable(obs),
             "live": {k: show.get(k) for k in sorted(props.get("properties") or {})},
         }
 
     def remember(self, props: Props, before: Observed) -> Props:
         show = before["show"]
+        # a unit starting or reloading when create found it runs: a daemon that was there before
         return {"was_enabled": show.get("UnitFileState") == "enabled",
-                "was_active": show.get("ActiveState") == "active"}
+                "was_active": show.get("ActiveState") in RUNNING}
 
     def plan(self, props: Props, obs: Observed, record: Props) -> list[Step]:
         name = props["name"]
@@ -169,10 +172,11 @@ class SystemdUnitProvider(HostPrimitive):
 
     @_entry
     def create(self, props: Props) -> CreateResult:
-        """Apply; a unit with restart triggers is restarted once, since what the running
-        daemon loaded before (another key, another config) is unknown."""
+        """Apply; a unit with restart triggers that was running before is restarted once, since
+        what it loaded then (another key, another config) is unknown. One this create started
+        loaded what is there now: no restart (a daemon's first start is its only one)."""
         res = super().create.__wrapped__(self, props)
-        if props.get("triggers") and props.get("active", True):
+        if props.get("triggers") and props.get("active", True) and res.outs.get("was_active"):
             conn = self._conn(props)
             conn.run(["systemctl", "restart", props["name"]], mutating=True)
             res = CreateResult(id_=res.id, outs={**res.outs, **self.state(props, self.probe(conn, props))})

@@ -173,3 +173,35 @@ def test_a_unit_that_does_not_come_up_is_reported_with_its_journal(lab):
     finally:
         ssh(HOST, f"systemctl stop {unit}; rm -f /etc/systemd/system/{unit}; systemctl daemon-reload; "
                   f"systemctl reset-failed {unit}; :")
+
+
+def test_a_unit_with_triggers_starts_once_and_one_running_before_is_restarted(lab):
+    """Create with restart triggers on a real systemd: a unit the create itself starts loads what
+    is there now, so it starts once (its first start is its only one); one that was running
+    before create (what it loaded then is unknown) is restarted once."""
+    unit, log = "gf-starts.service", "/var/tmp/gf-starts.log"
+    # ExecStartPre: `systemctl start` returns only after it ran, so the count is never early
+    content = f"[Service]\nExecStartPre=/bin/sh -c 'echo start >> {log}'\nExecStart=/bin/sleep infinity\n"
+    props = {"conn": lab_conn(HOST), "name": unit, "enabled": False, "active": True, "dropins": {},
+             "properties": {}, "triggers": {"key": "k1"}, "files": None, "live": None, "content": content}
+    provider = SystemdUnitProvider()
+
+    def starts() -> int:
+        return int(ssh(HOST, f"cat {log} 2>/dev/null | wc -l").stdout)
+
+    try:
+        ssh(HOST, f"rm -f {log}")
+        res = provider.create(props)
+        assert starts() == 1 and res.outs["active"] is True and res.outs["was_active"] is False
+        provider.delete(res.id, res.outs)
+        assert "inactive" in ssh(HOST, f"systemctl is-active {unit}; :").stdout
+
+        # running before create: a daemon started by hand on the same unit file
+        ssh(HOST, f"rm -f {log}; printf %s {shlex.quote(content)} > /etc/systemd/system/{unit}; "
+                  f"systemctl daemon-reload; systemctl start {unit}")
+        assert starts() == 1
+        res = provider.create(props)
+        assert starts() == 2 and res.outs["was_active"] is True
+    finally:
+        ssh(HOST, f"systemctl stop {unit}; rm -f /etc/systemd/system/{unit} {log}; systemctl daemon-reload; "
+                  f"systemctl reset-failed {unit} 2>/dev/null; :")
