@@ -276,19 +276,24 @@ class HostPrimitive(ResourceProvider):
         res = conn.probe(self.probe_argv(props), refresh=refresh)
         return self.parse(props, res.stdout)
 
+    def applied(self, props: Props, record: Props, before: Observed, after: Observed) -> Props:
+        """The outputs of an apply that converged; `before` is the host as the apply found it
+        (what an install added is the difference: one read each side, no more)."""
+        return self.outputs(props, record, after)
+
     def apply(self, props: Props, record: Props) -> Props:
         conn = self._conn(props)
-        observed = self.probe(conn, props)
-        record = self.complete_record(props, observed, record)
-        run_steps(conn, self.plan(props, observed, record))
-        observed = self.probe(conn, props)
-        left = self.plan(props, observed, record)
+        before = self.probe(conn, props)
+        record = self.complete_record(props, before, record)
+        run_steps(conn, self.plan(props, before, record))
+        after = self.probe(conn, props)
+        left = self.plan(props, after, record)
         if left:
             raise NotConverged(
                 f"host {conn.t.name}: {self.key(props)} did not converge; still planned:\n"
                 + "\n".join(f"  - {s}" for s in left)
             )
-        return self.outputs(props, record, observed)
+        return self.applied(props, record, before, after)
 
     #: output keys written by `remember` (carried across updates)
     record_keys: tuple[str, ...] = ()

@@ -146,22 +146,22 @@ class PackageSetProvider(HostPrimitive):
         return steps
 
     def apply(self, props: Props, record: Props) -> Props:
-        """Apply, then record every package the install added (dependencies included)."""
         with host_lock(target_of(props).name):
-            return self._apply(props, record)
+            return super().apply(props, record)
 
-    def _apply(self, props: Props, record: Props) -> Props:
-        conn = self._conn(props)
-        first = self.probe(conn, props)
-        before = set(first["installed"])
-        added = set(record.get("added", []))
+    def complete_record(self, props: Props, observed: Observed, record: Props) -> Props:
+        """What an update kept; on the first create, the holds already there (they stay on
+        destroy)."""
         held_before = record.get("held_before")
-        if held_before is None:  # first create: holds that were already there stay on destroy
-            held_before = sorted(n for n in props["packages"] if n in first["held"])
-        outs = super().apply(props, {"added": sorted(added), "held_before": held_before})
-        now = set(self.probe(conn, props)["installed"])
-        outs["added"] = sorted(added | (now - before))
-        return outs
+        if held_before is None:
+            held_before = sorted(n for n in props["packages"] if n in observed["held"])
+        return {"added": sorted(record.get("added") or []), "held_before": held_before}
+
+    def applied(self, props: Props, record: Props, before: Observed, after: Observed) -> Props:
+        """Record every package the install added (dependencies included): rollback purges
+        those and nothing else."""
+        added = set(record["added"]) | (set(after["installed"]) - set(before["installed"]))
+        return {**self.outputs(props, record, after), "added": sorted(added)}
 
     def plan_delete(self, props: Props, obs: Observed) -> list[Step]:
         added = [n for n in props.get("added", []) if n in obs["installed"]]

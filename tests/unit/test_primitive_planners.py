@@ -281,6 +281,32 @@ def test_packages_delete_keeps_holds_that_were_there_before():
                                                   ["env", "DEBIAN_FRONTEND=noninteractive", "NEEDRESTART_MODE=a"]]
 
 
+def test_a_package_apply_reads_the_host_once_each_side_and_records_what_it_added(monkeypatch):
+    """What an install added (its dependencies too) is the difference between the read before
+    and the read after: two reads of the host, not four. An update keeps what create recorded
+    (the holds already there on the first create stay on destroy)."""
+    from components.providers import base
+
+    reads = [parse_package_probe(PROBE),
+             parse_package_probe(PROBE + "tree 2.1.0-1 hi\nlibtree0 1 ii\n")]
+    ran: list[list[str]] = []
+    monkeypatch.setattr(PackageSetProvider, "_conn", lambda self, props: type("C", (), {"t": None})())
+    monkeypatch.setattr(PackageSetProvider, "probe", lambda self, conn, props, refresh=False: reads.pop(0))
+    monkeypatch.setattr(base, "run_steps", lambda conn, steps: ran.extend(list(s.argv) for s in steps))
+    props = {"conn": {"name": "node1", "address": "10.0.0.1"}, "packages": {"tree": "2.1.0-1", "jq": "1.6-2.1"},
+             "hold": True}
+    outs = PackageSetProvider().apply(props, {})
+    assert reads == []  # both reads used, and no third
+    assert outs["added"] == ["libtree0", "tree"] and outs["held_before"] == ["jq"]
+    assert outs["versions"] == {"jq": "1.6-2.1", "tree": "2.1.0-1"} and ran[-1] == ["apt-mark", "hold", "tree"]
+    # an update (a newer tree) keeps the record and adds to it
+    reads[:] = [parse_package_probe(PROBE + "tree 2.1.0-1 hi\nlibtree0 1 ii\n"),
+                parse_package_probe(PROBE + "tree 2.2-1 hi\nlibtree0 1 ii\nlibtree1 1 ii\n")]
+    outs = PackageSetProvider().apply({**props, "packages": {"tree": "2.2-1", "jq": "1.6-2.1"}},
+                                      {"added": outs["added"], "held_before": ["jq"]})
+    assert outs["added"] == ["libtree0", "libtree1", "tree"] and outs["held_before"] == ["jq"]
+
+
 def test_adopted_command_effect_is_not_undone():
     p = CommandWithVerifyProvider()
     props = {"create": ["touch", "/x"], "verify": ["test", "-e", "/x"], "delete": ["rm", "/x"]}
@@ -311,7 +337,8 @@ def test_package_sets_on_one_host_never_apply_at_once(monkeypatch):
             active[host] -= 1
         return {}
 
-    monkeypatch.setattr(packages.PackageSetProvider, "_apply", slow_apply)
+    # what runs under the set's host lock: the apply it shares with every host primitive
+    monkeypatch.setattr(packages.HostPrimitive, "apply", slow_apply)
     p = packages.PackageSetProvider()
     props = [{"conn": {"name": h, "address": "10.0.0.1"}, "packages": {}} for h in ("a", "a", "a", "b", "b")]
     threads = [threading.Thread(target=p.apply, args=(pr, {})) for pr in props]
