@@ -27,6 +27,8 @@ JOURNAL_LINES = 15
 _BASE_PROPS = ("LoadState", "ActiveState", "UnitFileState", "NeedDaemonReload")
 #: ActiveStates of a unit whose daemon runs (or is being started): `start` would not start it again
 RUNNING = ("active", "activating", "reloading")
+#: an apply's note to create and update, never kept: its own steps started or restarted the unit
+_STARTED = "_started_by_apply"
 
 _PROBE = script(__file__, "systemd_probe.sh")  # $PROPS: the -p options of `properties`
 
@@ -123,9 +125,8 @@ class SystemdUnitProvider(HostPrimitive):
 
     def remember(self, props: Props, before: Observed) -> Props:
         show = before["show"]
-        # a unit starting or reloading when create found it runs: a daemon that was there before
         return {"was_enabled": show.get("UnitFileState") == "enabled",
-                "was_active": show.get("ActiveState") in RUNNING}
+                "was_active": show.get("ActiveState") == "active"}
 
     def plan(self, props: Props, obs: Observed, record: Props) -> list[Step]:
         name = props["name"]
@@ -170,13 +171,19 @@ class SystemdUnitProvider(HostPrimitive):
                               delete_before_replace=True)
         return base
 
+    def applied(self, props: Props, record: Props, before: Observed, after: Observed) -> Props:
+        started = any(list(s.argv[:2]) in (["systemctl", "start"], ["systemctl", "restart"])
+                      for s in self.plan(props, before, record))
+        return {**super().applied(props, record, before, after), _STARTED: started}
+
     @_entry
     def create(self, props: Props) -> CreateResult:
-        """Apply; a unit with restart triggers that was running before is restarted once, since
-        what it loaded then (another key, another config) is unknown. One this create started
-        loaded what is there now: no restart (a daemon's first start is its only one)."""
+        """Apply; a unit with restart triggers is restarted once, since what the running daemon
+        loaded before (another key, another config) is unknown; not when the apply itself
+        (re)started it: that start loaded what is there now (a daemon's first start is its only one)."""
         res = super().create.__wrapped__(self, props)
-        if props.get("triggers") and props.get("active", True) and res.outs.get("was_active"):
+        started = res.outs.pop(_STARTED, False)
+        if props.get("triggers") and props.get("active", True) and not started:
             conn = self._conn(props)
             conn.run(["systemctl", "restart", props["name"]], mutating=True)
             res = CreateResult(id_=res.id, outs={**res.outs, **self.state(props, self.probe(conn, props))})
@@ -184,9 +191,11 @@ class SystemdUnitProvider(HostPrimitive):
 
     @_entry
     def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
-        """Apply, then restart a running unit whose restart triggers (e.g. a key's hash) changed."""
+        """Apply, then restart a running unit whose restart triggers (e.g. a key's hash) changed,
+        unless the apply (re)started it already."""
         outs = super().update.__wrapped__(self, _id, olds, news).outs
-        if (olds.get("triggers") or {}) != (news.get("triggers") or {}) and news.get("active", True):
+        started = outs.pop(_STARTED, False)
+        if (olds.get("triggers") or {}) != (news.get("triggers") or {}) and news.get("active", True) and not started:
             conn = self._conn(news)
             conn.run(["systemctl", "restart", news["name"]], mutating=True)
             outs = {**outs, **self.state(news, self.probe(conn, news))}

@@ -175,10 +175,10 @@ def test_a_unit_that_does_not_come_up_is_reported_with_its_journal(lab):
                   f"systemctl reset-failed {unit}; :")
 
 
-def test_a_unit_with_triggers_starts_once_and_one_running_before_is_restarted(lab):
-    """Create with restart triggers on a real systemd: a unit the create itself starts loads what
-    is there now, so it starts once (its first start is its only one); one that was running
-    before create (what it loaded then is unknown) is restarted once."""
+def test_a_unit_with_triggers_starts_once_and_one_running_before_restarts_once(lab):
+    """Restart triggers on a real systemd: a unit the apply itself starts loads what is there
+    now, so it starts once (its first start is its only one); one that was running before
+    (what it loaded then is unknown) is restarted once, on create and on new triggers."""
     unit, log = "gf-starts.service", "/var/tmp/gf-starts.log"
     # ExecStartPre: `systemctl start` returns only after it ran, so the count is never early
     content = f"[Service]\nExecStartPre=/bin/sh -c 'echo start >> {log}'\nExecStart=/bin/sleep infinity\n"
@@ -201,7 +201,14 @@ def test_a_unit_with_triggers_starts_once_and_one_running_before_is_restarted(la
                   f"systemctl daemon-reload; systemctl start {unit}")
         assert starts() == 1
         res = provider.create(props)
-        assert starts() == 2 and res.outs["was_active"] is True
+        assert starts() == 2 and res.outs["was_active"] is True and "_started_by_apply" not in res.outs
+
+        # update with new triggers: the running daemon restarts once; a stopped one starts once
+        provider.update(res.id, res.outs, {**props, "triggers": {"key": "k2"}})
+        assert starts() == 3
+        ssh(HOST, f"systemctl stop {unit}")
+        up = provider.update(res.id, res.outs, {**props, "triggers": {"key": "k3"}})
+        assert starts() == 4 and up.outs["active"] is True and "_started_by_apply" not in up.outs
     finally:
         ssh(HOST, f"systemctl stop {unit}; rm -f /etc/systemd/system/{unit} {log}; systemctl daemon-reload; "
                   f"systemctl reset-failed {unit} 2>/dev/null; :")
