@@ -86,13 +86,16 @@ def per_host_layer(entries: list[dict], layers: dict) -> dict[tuple[str, str], i
     return dict(counts)
 
 
+def slurm_packages(e: dict, layers: dict) -> bool:
+    """A mutating command sent for the Slurm layer's package set."""
+    return e["mutating"] and any(f.startswith("PackageSet") and layers.get((e["host"], f)) == "slurm"
+                                 for f in e.get("for") or [])
+
+
 def _gate(entries: list[dict], layers: dict, canary: str) -> tuple[float, float] | None:
     """(start, end) of the canary gate: the canary's first Slurm package command, the first one
     on any other node."""
-    def slurm(e):
-        return e["mutating"] and any(f.startswith("PackageSet") and layers.get((e["host"], f)) == "slurm"
-                                     for f in e.get("for") or [])
-    starts = [(e["t"] - e["s"], e["host"]) for e in entries if slurm(e)]
+    starts = [(e["t"] - e["s"], e["host"]) for e in entries if slurm_packages(e, layers)]
     first_canary = min((t for t, h in starts if h == canary), default=None)
     first_other = min((t for t, h in starts if h.startswith("node") and h != canary), default=None)
     if first_canary is None or first_other is None:
@@ -147,8 +150,7 @@ def phases(entries: list[dict], layers: dict, canary: str, wall_start: float, up
     """Where a first converge's time went, seconds from the start of `up`: the first command,
     the canary's Slurm packages, the other nodes' (the gate's end), the last command's end."""
     gate = _gate(entries, layers, canary)
-    slurm = [e["t"] - e["s"] for e in entries if e["mutating"] and e["host"] == canary
-             and any(f.startswith("PackageSet") and layers.get((e["host"], f)) == "slurm" for f in e.get("for") or [])]
+    slurm = [e["t"] - e["s"] for e in entries if e["host"] == canary and slurm_packages(e, layers)]
     at = {"first_command": min(e["t"] - e["s"] for e in entries),
           "canary_packages": gate[0] if gate else min(slurm, default=None),
           "other_packages": gate[1] if gate else None,

@@ -276,16 +276,19 @@ class HostPrimitive(ResourceProvider):
         res = conn.probe(self.probe_argv(props), refresh=refresh)
         return self.parse(props, res.stdout)
 
-    def applied(self, props: Props, record: Props, before: Observed, after: Observed) -> Props:
+    def applied(self, props: Props, record: Props, before: Observed, after: Observed,
+                ran: list[Step]) -> Props:
         """The outputs of an apply that converged; `before` is the host as the apply found it
-        (what an install added is the difference: one read each side, no more)."""
+        (what an install added is the difference: one read each side, no more), `ran` the
+        steps it ran."""
         return self.outputs(props, record, after)
 
     def apply(self, props: Props, record: Props) -> Props:
         conn = self._conn(props)
         before = self.probe(conn, props)
         record = self.complete_record(props, before, record)
-        run_steps(conn, self.plan(props, before, record))
+        steps = self.plan(props, before, record)
+        run_steps(conn, steps)
         after = self.probe(conn, props)
         left = self.plan(props, after, record)
         if left:
@@ -293,7 +296,7 @@ class HostPrimitive(ResourceProvider):
                 f"host {conn.t.name}: {self.key(props)} did not converge; still planned:\n"
                 + "\n".join(f"  - {s}" for s in left)
             )
-        return self.applied(props, record, before, after)
+        return self.applied(props, record, before, after, steps)
 
     #: output keys written by `remember` (carried across updates)
     record_keys: tuple[str, ...] = ()

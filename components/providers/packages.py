@@ -157,7 +157,8 @@ class PackageSetProvider(HostPrimitive):
             held_before = sorted(n for n in props["packages"] if n in observed["held"])
         return {"added": sorted(record.get("added") or []), "held_before": held_before}
 
-    def applied(self, props: Props, record: Props, before: Observed, after: Observed) -> Props:
+    def applied(self, props: Props, record: Props, before: Observed, after: Observed,
+                ran: list[Step]) -> Props:
         """Record every package the install added (dependencies included): rollback purges
         those and nothing else."""
         added = set(record["added"]) | (set(after["installed"]) - set(before["installed"]))

@@ -171,35 +171,36 @@ class SystemdUnitProvider(HostPrimitive):
                               delete_before_replace=True)
         return base
 
-    def applied(self, props: Props, record: Props, before: Observed, after: Observed) -> Props:
-        started = any(list(s.argv[:2]) in (["systemctl", "start"], ["systemctl", "restart"])
-                      for s in self.plan(props, before, record))
-        return {**super().applied(props, record, before, after), _STARTED: started}
+    def applied(self, props: Props, record: Props, before: Observed, after: Observed,
+                ran: list[Step]) -> Props:
+        started = any(list(s.argv[:2]) in (["systemctl", "start"], ["systemctl", "restart"]) for s in ran)
+        return {**super().applied(props, record, before, after, ran), _STARTED: started}
+
+    def _restart_for_triggers(self, props: Props, outs: Props, triggered: bool) -> Props:
+        """A running unit whose restart triggers call for it is restarted once, since what the
+        daemon loaded before (another key, another config) is unknown; not when the apply
+        itself (re)started it: that start loaded what is there now."""
+        started = outs.pop(_STARTED, False)
+        if not triggered or not props.get("active", True) or started:
+            return outs
+        conn = self._conn(props)
+        conn.run(["systemctl", "restart", props["name"]], mutating=True)
+        return {**outs, **self.state(props, self.probe(conn, props))}
 
     @_entry
     def create(self, props: Props) -> CreateResult:
-        """Apply; a unit with restart triggers is restarted once, since what the running daemon
-        loaded before (another key, another config) is unknown; not when the apply itself
-        (re)started it: that start loaded what is there now (a daemon's first start is its only one)."""
+        """Apply; a unit with restart triggers is restarted once unless the apply started it (a
+        daemon's first start is its only one)."""
         res = super().create.__wrapped__(self, props)
-        started = res.outs.pop(_STARTED, False)
-        if props.get("triggers") and props.get("active", True) and not started:
-            conn = self._conn(props)
-            conn.run(["systemctl", "restart", props["name"]], mutating=True)
-            res = CreateResult(id_=res.id, outs={**res.outs, **self.state(props, self.probe(conn, props))})
-        return res
+        return CreateResult(id_=res.id, outs=self._restart_for_triggers(props, res.outs, bool(props.get("triggers"))))
 
     @_entry
     def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
         """Apply, then restart a running unit whose restart triggers (e.g. a key's hash) changed,
         unless the apply (re)started it already."""
         outs = super().update.__wrapped__(self, _id, olds, news).outs
-        started = outs.pop(_STARTED, False)
-        if (olds.get("triggers") or {}) != (news.get("triggers") or {}) and news.get("active", True) and not started:
-            conn = self._conn(news)
-            conn.run(["systemctl", "restart", news["name"]], mutating=True)
-            outs = {**outs, **self.state(news, self.probe(conn, news))}
-        return UpdateResult(outs=outs)
+        changed = (olds.get("triggers") or {}) != (news.get("triggers") or {})
+        return UpdateResult(outs=self._restart_for_triggers(news, outs, changed))
 
     def plan_delete(self, props: Props, obs: Observed) -> list[Step]:
         name = props["name"]
