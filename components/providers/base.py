@@ -41,7 +41,8 @@ from ..errors import FleetError
 from . import readable
 from ..transport import Connection, SshTarget, connection
 from ..transport.command import Piece, display
-from ..transport.ssh import acting_for
+from ..transport.sequence import run_sequence
+from ..transport.ssh import Result, acting_for
 
 Props = dict[str, Any]
 Observed = dict[str, Any]
@@ -156,10 +157,11 @@ def _from_record(kind: str, id_: str, props: Props) -> Iterator[None]:
         ) from None
 
 
-def run_steps(conn: Connection, steps: Iterable[Step]) -> None:
-    """Send planned steps in order, each a mutating command (secret stdin masked)."""
-    for step in steps:
-        conn.run(step.argv, mutating=True, stdin=step.stdin, stdin_secret=step.stdin_secret)
+def run_steps(conn: Connection, steps: Iterable[Step], then: Optional[Sequence[Piece]] = None) -> Optional[Result]:
+    """Send planned steps in order, mutating (secret stdin masked), in as few round trips as
+    they allow, and then the read-only `then` in the last: its result (transport/sequence.py).
+    The first step that fails stops them with its own error."""
+    return run_sequence(conn, list(steps), then)
 
 
 def has_unknown(value: Any) -> bool:
@@ -288,8 +290,9 @@ class HostPrimitive(ResourceProvider):
         before = self.probe(conn, props)
         record = self.complete_record(props, before, record)
         steps = self.plan(props, before, record)
-        run_steps(conn, steps)
-        after = self.probe(conn, props)
+        # the read after the steps rides in their round trip
+        read = run_steps(conn, steps, then=self.probe_argv(props)) if steps else None
+        after = self.parse(props, read.stdout) if read is not None else self.probe(conn, props)
         left = self.plan(props, after, record)
         if left:
             raise NotConverged(

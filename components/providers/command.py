@@ -81,8 +81,10 @@ class CommandWithVerifyProvider(HostPrimitive):
         if props.get("preexisting") is None and "preexisting" in record:
             props = {**props, "preexisting": record["preexisting"]}
         rerun = record.get("inputs_hash") != inputs_hash(props)
-        run_steps(conn, self.plan(props, {"verified": False} if rerun else self.probe(conn, props), {}))
-        rc, output = verify_outcome(conn.run(self.probe_argv(props), mutating=False).stdout)
+        steps = self.plan(props, {"verified": False} if rerun else self.probe(conn, props), {})
+        # verify rides in the create's round trip
+        read = run_steps(conn, steps, then=self.probe_argv(props)) if steps else None
+        rc, output = verify_outcome((read or conn.run(self.probe_argv(props), mutating=False)).stdout)
         if rc != 0:
             stdin = props.get("create_stdin")
             raise VerifyFailed(conn.t.name, display(props["verify"]), rc,

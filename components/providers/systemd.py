@@ -18,7 +18,7 @@ from pulumi.dynamic import CreateResult, DiffResult, Resource, UpdateResult
 from ..errors import FleetError
 from ..scripts import script
 from ..transport.command import Piece, sh
-from .base import HostPrimitive, NotConverged, Observed, Props, Step, _entry
+from .base import HostPrimitive, NotConverged, Observed, Props, Step, _entry, run_steps
 from .file import sha256_text, sha256sum_line, write_step
 
 UNIT_DIR = "/etc/systemd/system"
@@ -184,8 +184,9 @@ class SystemdUnitProvider(HostPrimitive):
         if not triggered or not props.get("active", True) or started:
             return outs
         conn = self._conn(props)
-        conn.run(["systemctl", "restart", props["name"]], mutating=True)
-        return {**outs, **self.state(props, self.probe(conn, props))}
+        read = run_steps(conn, [Step(["systemctl", "restart", props["name"]], "restart for its triggers")],
+                         then=self.probe_argv(props))
+        return {**outs, **self.state(props, self.parse(props, read.stdout))}
 
     @_entry
     def create(self, props: Props) -> CreateResult:

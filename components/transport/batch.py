@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from ..scripts import script
+from . import frames
 from .command import Piece, Secret, shell_join
 
 if TYPE_CHECKING:
@@ -66,21 +67,7 @@ class _Batch:
 def split_frames(out: bytes, n: int) -> list[tuple[int, bytes, bytes]]:
     """batch.sh's stdout -> (exit code, stdout, stderr) for members 1..n; ValueError when a
     frame is missing or short (the batch was cut off)."""
-    got, pos = [], 0
-    for i in range(1, n + 1):
-        if not out.startswith(_FRAME, pos):
-            raise ValueError(f"frame {i} of {n} missing at byte {pos}")
-        eol = out.index(b"\n", pos)
-        idx, rc, n_out, n_err = (int(x) for x in out[pos + len(_FRAME):eol].split())
-        if idx != i:
-            raise ValueError(f"frame {idx} where {i} was expected")
-        start = eol + 1
-        end = start + n_out + n_err
-        if end > len(out):
-            raise ValueError(f"frame {i} of {n} is short")
-        got.append((rc, out[start:start + n_out], out[start + n_out:end]))
-        pos = end
-    return got
+    return frames.split(out, _FRAME, n)
 
 
 class Batcher:

@@ -341,11 +341,13 @@ class Connection:
     def run(self, argv: Sequence[Piece], *, mutating: bool, sudo: bool = True,
             stdin: Optional[bytes] = None, check: bool = True, timeout: int = 600,
             stdin_secret: bool = False, _connecting: bool = False, _errors: str = "replace",
-            _for: Optional[list] = None) -> Result:
+            _for: Optional[list] = None, _secrets: Sequence[str] = (), _masked: bool = True) -> Result:
         """Run argv on the host. `mutating` is recorded in the command log; `sudo` adds
         `sudo -n` when the SSH user is not root. A stdin marked secret is masked in output.
         Fails at once on a host remembered unreachable; a mutating command is not started once
-        the run is stopping, and a command in flight is ended then (`RunStopped`)."""
+        the run is stopping, and a command in flight is ended then (`RunStopped`).
+        `_secrets`: more values to mask; `_masked=False`: the result's output as it came (the
+        caller masks it: sequence.py splits frames by byte counts first), errors still masked."""
         if sudo and self.t.user != "root":
             argv = ["sudo", "-n", "--", *argv]
         cmd = display(argv)
@@ -353,15 +355,20 @@ class Connection:
             self._check_files()
             self._refuse_if_remembered(cmd)
         secrets = secrets_of(argv, [stdin.decode(errors="replace")] if (stdin and stdin_secret) else [])
+        secrets = sorted({*secrets, *(v for v in _secrets if v)}, key=len, reverse=True)
         if mutating:
             self._reading.forget()  # what a refresh read of this host no longer holds
         with self._sessions:
             return self._run(argv, cmd, secrets, mutating=mutating, stdin=stdin, check=check, timeout=timeout,
-                             _connecting=_connecting, _errors=_errors, _for=_for)
+                             _connecting=_connecting, _errors=_errors, _for=_for, _masked=_masked)
+
+    def shown(self, argv: Sequence[Piece]) -> str:
+        """argv as `run` shows it in errors and the log (the `sudo -n` it adds, secrets masked)."""
+        return display(["sudo", "-n", "--", *argv] if self.t.user != "root" else list(argv))
 
     def _run(self, argv: Sequence[Piece], cmd: str, secrets: list[str], *, mutating: bool,
              stdin: Optional[bytes], check: bool, timeout: int, _connecting: bool, _errors: str,
-             _for: Optional[list]) -> Result:
+             _for: Optional[list], _masked: bool = True) -> Result:
         start = time.monotonic()
         try:
             p = lifeline.spawn([*ssh_argv(self.t), "--", shell_join(argv)], mutating=mutating)
@@ -393,7 +400,14 @@ class Connection:
             raise RunStopped(self.t.name, cmd, why, took, res.stdout + res.stderr)
         if check and p.returncode != 0:
             self._fail(cmd, res, _connecting)
+        if not _masked:
+            return Result(p.returncode, stdout.decode(errors=_errors), stderr.decode(errors=_errors))
         return res
+
+    def fail(self, cmd: str, res: Result) -> None:
+        """Raise what a failed command means (unreachable, host key, sudo, or its exit code):
+        for a command run inside another (a step of a sequence), with its own result."""
+        self._fail(cmd, res)
 
     def _fail(self, cmd: str, res: Result, connecting: bool = False) -> None:
         """Raise what a failed command means (unreachable, host key, sudo, or its exit code)."""

@@ -31,11 +31,22 @@ eval "$cmd"
 
 @dataclass(frozen=True)
 class Sent:
-    """One command as the provider sent it (secret pieces masked)."""
+    """One command as the provider sent it (secret pieces masked); `trip`: the round trip it
+    went in (the steps of a sequence and the read after them share one, transport/sequence.py)."""
 
     target: SshTarget
     cmd: str
     mutating: bool
+    trip: int = 0
+
+
+def unpack(argv) -> list[tuple[str, bool]] | None:
+    """A sequence's commands (line, mutating) as transport/sequence.py sent them; None for a
+    plain command."""
+    if len(argv) < 4 or argv[3] != "gf-seq":
+        return None
+    pairs = list(argv[4:])
+    return [(line, spec != "read") for spec, line in zip(pairs[::2], pairs[1::2])]
 
 
 class LocalConnection(Connection):
@@ -50,7 +61,10 @@ class LocalConnection(Connection):
         self._connected = True
 
     def run(self, argv, *, mutating: bool, **kw):
-        self.sent.append(Sent(self.t, display(argv), mutating))
+        trip = max((s.trip for s in self.sent), default=0) + 1
+        inner = unpack(argv)
+        for cmd, m in inner or [(display(argv), mutating)]:
+            self.sent.append(Sent(self.t, cmd, m, trip))
         return super().run(argv, mutating=mutating, **kw)
 
 
@@ -68,6 +82,9 @@ class FakeHosts:
 
     def mutating(self) -> list[str]:
         return [s.cmd for s in self.sent if s.mutating]
+
+    def round_trips(self) -> int:
+        return len({s.trip for s in self.sent})
 
     def clear(self) -> None:
         self.sent.clear()

@@ -283,25 +283,34 @@ def test_packages_delete_keeps_holds_that_were_there_before():
 
 def test_a_package_apply_reads_the_host_once_each_side_and_records_what_it_added(monkeypatch):
     """What an install added (its dependencies too) is the difference between the read before
-    and the read after: two reads of the host, not four. An update keeps what create recorded
-    (the holds already there on the first create stay on destroy)."""
+    and the read after: two reads of the host, not four, the second in the steps' own round
+    trip. An update keeps what create recorded (the holds already there on the first create
+    stay on destroy)."""
     from components.providers import base
+    from components.transport import Result
 
-    reads = [parse_package_probe(PROBE),
-             parse_package_probe(PROBE + "tree 2.1.0-1 hi\nlibtree0 1 ii\n")]
+    before, after = [parse_package_probe(PROBE)], [PROBE + "tree 2.1.0-1 hi\nlibtree0 1 ii\n"]
     ran: list[list[str]] = []
+    trips: list[list] = []
+
+    def run_steps(conn, steps, then=None):
+        trips.append([list(s.argv) for s in steps] + [then])
+        ran.extend(list(s.argv) for s in steps)
+        return Result(0, after.pop(0), "")
+
     monkeypatch.setattr(PackageSetProvider, "_conn", lambda self, props: type("C", (), {"t": None})())
-    monkeypatch.setattr(PackageSetProvider, "probe", lambda self, conn, props, refresh=False: reads.pop(0))
-    monkeypatch.setattr(base, "run_steps", lambda conn, steps: ran.extend(list(s.argv) for s in steps))
+    monkeypatch.setattr(PackageSetProvider, "probe", lambda self, conn, props, refresh=False: before.pop(0))
+    monkeypatch.setattr(base, "run_steps", run_steps)
     props = {"conn": {"name": "node1", "address": "10.0.0.1"}, "packages": {"tree": "2.1.0-1", "jq": "1.6-2.1"},
              "hold": True}
     outs = PackageSetProvider().apply(props, {})
-    assert reads == []  # both reads used, and no third
+    assert before == [] and after == []  # both reads used, and no third
+    assert len(trips) == 1 and trips[0][-1] == PackageSetProvider().probe_argv(props)  # the read rides along
     assert outs["added"] == ["libtree0", "tree"] and outs["held_before"] == ["jq"]
     assert outs["versions"] == {"jq": "1.6-2.1", "tree": "2.1.0-1"} and ran[-1] == ["apt-mark", "hold", "tree"]
     # an update (a newer tree) keeps the record and adds to it
-    reads[:] = [parse_package_probe(PROBE + "tree 2.1.0-1 hi\nlibtree0 1 ii\n"),
-                parse_package_probe(PROBE + "tree 2.2-1 hi\nlibtree0 1 ii\nlibtree1 1 ii\n")]
+    before[:] = [parse_package_probe(PROBE + "tree 2.1.0-1 hi\nlibtree0 1 ii\n")]
+    after[:] = [PROBE + "tree 2.2-1 hi\nlibtree0 1 ii\nlibtree1 1 ii\n"]
     outs = PackageSetProvider().apply({**props, "packages": {"tree": "2.2-1", "jq": "1.6-2.1"}},
                                       {"added": outs["added"], "held_before": ["jq"]})
     assert outs["added"] == ["libtree0", "libtree1", "tree"] and outs["held_before"] == ["jq"]

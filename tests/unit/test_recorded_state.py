@@ -91,6 +91,8 @@ class _CannedConnection(Connection):
 
     def run(self, argv, *, mutating: bool, check: bool = True, **_kw) -> Result:
         cmd = display(argv)
+        if mutating and len(argv) > 3 and argv[3] == "gf-seq":  # steps and the read after them
+            return self._sequence(list(argv[4:]))
         self.host.sent.append(Sent(self.t, cmd, mutating))
         if mutating:  # recorded, never run here; an applied step converges the object
             self.host.state = "there"
@@ -101,6 +103,20 @@ class _CannedConnection(Connection):
             return Result(0, "", "")
         raise AssertionError(f"a read-only command that is not the stack's probe: {cmd}\n"
                              f"  the stack's probe: {self.host.probe}")
+
+    def _sequence(self, pairs: list[str]) -> Result:
+        """transport/sequence.py's one round trip, answered as its commands one by one would
+        be: each step recorded (and converging the object), the read after them answered."""
+        out = ""
+        for n, (spec, line) in enumerate(zip(pairs[::2], pairs[1::2]), 1):
+            read = spec == "read"
+            assert not read or line == self.host.probe, f"a read after the steps that is not the probe: {line}"
+            self.host.sent.append(Sent(self.t, line, not read))
+            if not read:
+                self.host.state = "there"
+            text = self.host.answers[self.host.state] if read else ""
+            out += f"== gf-seq {n} 0 {len(text.encode())} 0\n{text}"
+        return Result(0, out, "")
 
 
 class CannedHost:

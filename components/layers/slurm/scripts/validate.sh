@@ -24,7 +24,8 @@ chmod 0644 "$d/slurm.conf"
 SLURM_CONF="$d/slurm.conf" slurmctld -D -f "$d/slurm.conf" > "$d/out" 2>&1 &
 pid=$!
 i=0
-while [ "$i" -lt $((limit * 5)) ]; do
+# polled every 50 ms: the test daemon takes ~0.05-0.1 s, and the nodes' copies wait on this
+while [ "$i" -lt $((limit * 20)) ]; do
   if grep -qs "Running as primary controller" "$d/slurmctld.log" "$d/out"; then
     echo "slurm.conf validated: a test slurmctld on port $port took it"; exit 0
   fi
@@ -34,7 +35,7 @@ while [ "$i" -lt $((limit * 5)) ]; do
     cat "$d/out" "$d/slurmctld.log" 2>/dev/null | grep -v 'pmix' | tail -n 20 >&2
     exit 1
   fi
-  sleep 0.2; i=$((i + 1))
+  sleep 0.05; i=$((i + 1))
 done
 echo "slurm.conf not validated: a test slurmctld did not come up within $limit s:" >&2
 tail -n 20 "$d/slurmctld.log" "$d/out" >&2 2>/dev/null
