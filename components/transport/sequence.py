@@ -7,7 +7,9 @@ host that is busy installing. Now the steps go in order in one command (scripts/
 the read after them in the same one, and each step still gets exactly the result it would
 have had alone: its own exit code, stdout and stderr, framed by byte counts. The first step
 that fails stops the sequence and raises the error its own command would have raised (host,
-the step's command, its exit code and output); nothing after it runs. A step's stdin is
+the step's command, its exit code and output); nothing after it runs. A connection lost
+mid-sequence (sshd stopped, the host gone) is the step in flight's: `HostUnreachable` naming
+that step, as it would have been alone. A step's stdin is
 handed to that step alone, byte for byte.
 
 Never retried, never reordered: a sequence is what the plan said, once. Writing each frame
@@ -123,6 +125,8 @@ def _send(conn: "Connection", group: list[Planned], read: Optional[list[Piece]],
     if len(got) < len(cmds):
         if not got and res.rc != 0:  # ssh or sudo failed before the script ran: the first meets it
             conn.fail(cmds[0], Result(res.rc, mask(res.stdout, secrets), mask(res.stderr, secrets)))
+        if res.rc == 255:  # the connection went (sshd stopped, host down) while this step ran
+            conn.fail(cmds[len(got)], Result(res.rc, "", mask(res.stderr, secrets)))
         raise HostError(conn.t.name, cmds[len(got)], res.rc, mask(res.stdout + res.stderr, secrets),
                         f"a sequence of {len(cmds)} commands stopped after {len(got)} without a "
                         "result for the next")

@@ -38,15 +38,16 @@ def test_sshd_stopped_on_one_node_mid_up(lab, lab_session, tmp_path):
     finally:
         if up.poll() is None:
             up.kill()
-    try:
-        assert up.returncode != 0
-        assert f"host {VICTIM}" in text and "cannot reach 10.213.57.23:22 over SSH" in text, text[-4000:]
-
+        # sshd back whatever this test finds: the modules after it need the victim
         lab_session.exclusive()
         try:
             lab_command("reboot", VICTIM)  # sshd is enabled: a reboot brings it back
         finally:
             lab_session.shared()
+    try:
+        assert up.returncode != 0
+        assert f"host {VICTIM}" in text and "cannot reach 10.213.57.23:22 over SSH" in text, text[-4000:]
+
         # what was recorded for the other hosts is what they have: a refresh changes none of it
         refresh = proj.run("refresh", "--yes", "--stack", "lab", "--skip-preview", timeout=900).stdout
         changed = [line for line in refresh.splitlines()

@@ -144,3 +144,21 @@ def test_a_plain_step_alone_is_sent_as_it_is(hosts, conn, tmp_path):
 def test_no_steps_is_just_the_read(hosts, conn):
     assert run_sequence(conn, [], then=["echo", "hi"]).stdout == "hi\n"
     assert [s.mutating for s in hosts.sent] == [False]
+
+
+def test_a_connection_lost_mid_sequence_is_the_step_in_flights_unreachable(conn, monkeypatch, tmp_path):
+    """sshd stops while the second step runs: every process of the session gets SIGHUP and
+    ssh exits 255. The error is the one that step alone would have raised (host unreachable,
+    naming it), not a cut-off sequence; the third step never starts."""
+    gone, after = tmp_path / "gone", tmp_path / "after"
+    # ssh: the remote session in its own process group; 255 once the "sshd" went
+    monkeypatch.setattr(ssh, "ssh_argv", lambda t: [
+        "/bin/sh", "-c", 'l=$1; m=$2; shift 2; for cmd; do :; done; setsid -w /bin/sh -c "$l" fake "$cmd"; '
+        'rc=$?; [ -e "$m" ] || exit "$rc"; echo "Connection to 10.0.0.1 closed by remote host." >&2; exit 255',
+        "fake-ssh", fakeconn.LOCAL_SHELL, str(gone)])
+    steps = [S(["true"]), S(sh('touch "$1"; kill -HUP 0; sleep 5', str(gone))), S(["touch", str(after)])]
+    with pytest.raises(HostUnreachable, match="cannot reach 10.0.0.1:22 over SSH") as e:
+        run_sequence(conn, steps, then=["true"])
+    assert e.value.command == conn.shown(steps[1].argv)
+    assert "closed by remote host" in str(e.value)
+    assert gone.exists() and not after.exists()

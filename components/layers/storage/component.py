@@ -42,8 +42,8 @@ from ..acceptance.gate import JobPaths
 from .checks import ClientCheck, ExportCheck
 from .datasets import MARKER, ZfsDatasets
 from .render import (
-    DUTIES, EXPORT_IDS, EXPORTS_FILE, GANESHA_CONF, MOUNTED_CHECK, PSEUDO, render_exports, render_ganesha_conf,
-    render_ganesha_dropin, render_mount_unit, render_nfs_server_dropin,
+    DUTIES, EXPORT_IDS, EXPORTS_FILE, GANESHA_CONF, GANESHA_READY, MOUNTED_CHECK, PSEUDO, render_exports,
+    render_ganesha_conf, render_ganesha_dropin, render_mount_unit, render_nfs_server_dropin,
 )
 
 #: the data store's directory that jobs write into
@@ -170,9 +170,11 @@ class Storage(pulumi.ComponentResource):
             conf = render_ganesha_conf(st)
             conf_file = File("storage-ganesha-conf", conn=conn, path=GANESHA_CONF, content=conf,
                              opts=after(*prev))
+            ready = File("storage-ganesha-ready", conn=conn, path=GANESHA_READY, mode="0755",
+                         content=script_path(__file__, "ganesha_ready.sh").read_text(), opts=after(*prev))
             unit = SystemdUnit("storage-nfs-server", conn=conn, unit="nfs-ganesha.service",
                                dropins={"gpu-fleet-mounted.conf": render_ganesha_dropin(st)},
-                               triggers={"conf": _sha(conf)}, opts=after(check, conf_file))
+                               triggers={"conf": _sha(conf)}, opts=after(check, conf_file, ready))
             return [unit]
         exports = render_exports(st)
         exports_file = File("storage-exports-file", conn=conn, path=EXPORTS_FILE, content=exports,

@@ -23,6 +23,10 @@ GANESHA_CONF = "/etc/ganesha/ganesha.conf"
 #: installed by the layer (scripts/mounted.sh): exits 0 only when `zfs get mounted` says yes
 #: and findmnt shows the dataset at its mountpoint
 MOUNTED_CHECK = "/usr/local/lib/gpu-fleet/storage-mounted"
+#: installed by the layer (scripts/ganesha_ready.sh): exits 0 once ganesha answers on D-Bus
+GANESHA_READY = "/usr/local/lib/gpu-fleet/storage-ganesha-ready"
+#: how long a ganesha start may take to answer on D-Bus before the start fails
+GANESHA_READY_S = 30
 DUTIES = ("models", "data")
 EXPORT_IDS = {"models": 1, "data": 2}
 #: the paths clients mount through ganesha's pseudo filesystem (NFSv4, and NFSv3 MOUNT with
@@ -232,7 +236,8 @@ def render_nfs_server_dropin(st: StorageLayer | None = None) -> str:
 def render_ganesha_dropin(st: StorageLayer) -> str:
     """nfs-ganesha.service's drop-in: start after the datasets are mounted, and never while a
     store is not mounted as its dataset. Ganesha has no `mp`: these checks run before every
-    start and restart, also after a reboot. ExecReload stays Debian's (a reload re-reads the
+    start and restart, also after a reboot; the start ends once ganesha answers on D-Bus, so
+    what follows it finds a serving server. ExecReload stays Debian's (a reload re-reads the
     config, not the mounts: the layer's export check runs after it)."""
     return _lines(
         "[Unit]",
@@ -243,4 +248,6 @@ def render_ganesha_dropin(st: StorageLayer) -> str:
         "# ganesha has no `mp` export option: refuse to (re)start while a store is not mounted as",
         "# its dataset, so an unmounted dataset is never exported as the empty directory under it",
         *_mounted_checks(st),
+        "# `active` once ganesha answers on D-Bus (it forks before reading its exports)",
+        f"ExecStartPost={GANESHA_READY} {GANESHA_READY_S}",
     )
