@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import pulumi
 from debian.debian_support import version_compare
-from pulumi.dynamic import Resource
+from pulumi.dynamic import DiffResult, Resource
 
 from ..scripts import script
 from ..transport.command import Piece, sh
@@ -103,9 +103,26 @@ class PackageSetProvider(HostPrimitive):
         return {"versions": {n: obs["installed"].get(n) for n in names},
                 "held": sorted(n for n in names if n in obs["held"])}
 
+    def refused_upgrade(self, props: Props, installed: dict[str, Optional[str]]) -> Optional[str]:
+        """Why the set will not move its packages from what is installed (None: it may): a
+        layer's rule for a jump its software does not support in place (layers/slurm/upgrades.py)."""
+        return None
+
+    @_entry
+    def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
+        """A jump the software does not support is refused in preview, from the versions the
+        state recorded, before anything (the new release's publication included) is done."""
+        why = self.refused_upgrade(news, olds.get("versions") or {})
+        if why:
+            raise PlanRefused(f"host {target_of(news).name}: {why}")
+        return super().diff(_id, olds, news)
+
     def plan(self, props: Props, obs: Observed, record: Props) -> list[Step]:
         want = props["packages"]
         hold = props.get("hold", True)
+        why = self.refused_upgrade(props, obs["installed"])
+        if why:
+            raise PlanRefused(f"host {target_of(props).name}: {why}")
         change = {}
         for name, version in sorted(want.items()):
             have = obs["installed"].get(name)
@@ -202,18 +219,25 @@ class PackageSet(Resource, module="host", name="PackageSet"):
 
     `start_services=False`: the install starts no service that is not running (an upgrade
     restarts those that are); for a layer whose SystemdUnits start its daemons after their
-    config. How an install runs, not what it leaves: not part of the diff."""
+    config. How an install runs, not what it leaves: not part of the diff.
+
+    `provider`: a layer's PackageSetProvider with its `refused_upgrade` rule, and
+    `upgrade_from` the packages that rule reads: a jump it refuses stops the preview and the
+    apply, nothing installed."""
 
     versions: pulumi.Output[dict]
     added: pulumi.Output[list]
 
     def __init__(self, name: str, *, conn: dict, packages: dict[str, str], hold: bool = True,
                  allow_downgrade: bool = False, start_services: bool = True,
+                 upgrade_from: Optional[list[str]] = None, provider: Optional[PackageSetProvider] = None,
                  opts: Optional[pulumi.ResourceOptions] = None):
         # recorded only when off: the default leaves a stack's state as it was
         how = {} if start_services else {"start_services": False}
+        if upgrade_from:
+            how["upgrade_from"] = upgrade_from
         super().__init__(
-            PackageSetProvider(), name,
+            provider or PackageSetProvider(), name,
             {"conn": conn, "packages": packages, "hold": hold, "allow_downgrade": allow_downgrade,
              **how, "versions": None, "held": None, "added": None},
             opts,

@@ -137,6 +137,32 @@ def test_munge_key_is_a_secret_everywhere(cluster):
     assert key[:64] not in logs
 
 
+def test_a_release_slurm_cannot_upgrade_to_in_place_is_refused_and_nothing_moves(cluster):
+    """22.05 -> 24.11 skips three majors; 24.11's daemons refuse 22.05's saved state. The
+    preview says so, naming the host, and `up` (which previews first) changes nothing."""
+    proj, _ = cluster
+    release = {k: proj.run("config", "get", "--path", f"gpu-fleet:slurm.release.{k}", "--stack", "lab").stdout.strip()
+               for k in ("version", "debian_version")}
+    before = {h: snapshot(h) for h in HOSTS}
+    proj.log.unlink(missing_ok=True)
+    try:
+        proj.run("config", "set", "--path", "gpu-fleet:slurm.release.version", "24.11", "--stack", "lab")
+        proj.run("config", "set", "--path", "gpu-fleet:slurm.release.debian_version", "24.11.5-4+deb13u1~bookworm1",
+                 "--stack", "lab")
+        for args in (("preview",), ("up", "--yes")):
+            p = proj.run(*args, "--stack", "lab", check=False, timeout=600)
+            text = p.stdout + p.stderr
+            assert p.returncode != 0, text[-3000:]
+            refused = [h for h in HOSTS if f"host {h}: installed slurm-client 22.05.8-4+deb12u3" in text]
+            assert refused and "Slurm 24.11 upgrades in place only from 24.05, 23.11 or 23.02" in text, text[-4000:]
+        assert not [c for c in command_log(proj.log) if c["mutating"]]
+        assert {h: snapshot(h) for h in HOSTS} == before
+    finally:
+        for k, v in release.items():
+            proj.run("config", "set", "--path", f"gpu-fleet:slurm.release.{k}", v, "--stack", "lab")
+    proj.run("preview", "--stack", "lab", "--expect-no-changes")
+
+
 def test_destroy_restores_hosts_and_up_restores_the_same_cluster(cluster):
     proj, before = cluster
     key_sha = ssh("node1", "sha256sum /etc/munge/munge.key").stdout.split()[0]

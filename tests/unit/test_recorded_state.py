@@ -51,6 +51,7 @@ from components.providers.stored import store_text
 from components.providers.command import CommandWithVerifyProvider
 from components.providers.file import FileProvider, backup_path, sha256_text
 from components.providers.packages import PackageSetProvider
+from components.layers.slurm.upgrades import SlurmPackagesProvider
 from components.providers.payload import PayloadProvider, sha256_file
 from components.providers.systemd import UNIT_DIR, SystemdUnitProvider
 from components.transport import Connection, Result, SshTarget, display
@@ -144,12 +145,15 @@ class CannedHost:
 class Case:
     """How to build a primitive's inputs and host: `build(tmp_path, monkeypatch)` returns
     (stack inputs, host). `before`: the host's state when the object is created; `refused`:
-    observed states from which the next up must stop (PlanRefused) instead of converging."""
+    observed states from which the next up must stop (PlanRefused) instead of converging
+    (and `refused_in_preview`: the preview too)."""
 
     build: Callable[[Path, Any], tuple[dict, Any]]
     before: str = "absent"
     extra_states: tuple[str, ...] = ()
     refused: dict[str, str] = field(default_factory=dict)
+    #: the refusal comes at preview already, from the refreshed state (diff raises it)
+    refused_in_preview: bool = False
 
 
 def _file_case(tmp_path: Path, monkeypatch) -> tuple[dict, LocalHost]:
@@ -280,6 +284,14 @@ def _packages_case(tmp_path: Path, monkeypatch) -> tuple[dict, CannedHost]:
                              other_reads=("env DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=a apt-get -s purge",))
 
 
+def _slurm_packages_case(tmp_path: Path, monkeypatch) -> tuple[dict, CannedHost]:
+    """The Slurm layer's sets: extra, a host whose slurmd is from a major 22.05 cannot
+    upgrade from (layers/slurm/upgrades.py)."""
+    props, host = _packages_case(tmp_path, monkeypatch)
+    host.answers["too-old"] = _dpkg("munge 0.5.15-2 hi ", "slurmd 20.02.7-1 hi ")
+    return {**props, "upgrade_from": ["slurmd"]}, host
+
+
 UNIT = "gf-table.service"
 UNIT_TEXT = "[Service]\nExecStart=/bin/true\n"
 DROPIN_TEXT = "[Service]\nDelegate=yes\n"
@@ -369,6 +381,9 @@ CASES: dict[type, Case] = {
     FilesProvider: Case(_files_case),
     AccountsProvider: Case(_accounts_case),
     PackageSetProvider: Case(_packages_case),
+    SlurmPackagesProvider: Case(_slurm_packages_case, extra_states=("too-old",),
+                                refused={"too-old": "Slurm 22.05 upgrades in place only from 21.08 or 20.11"},
+                                refused_in_preview=True),
     SystemdUnitProvider: Case(_unit_case),
     ZfsDatasetsProvider: Case(_zfs_case, extra_states=("pool-gone",),
                               refused={"pool-gone": "pool 'ai' is not imported"}),
@@ -447,9 +462,14 @@ def test_a_refresh_records_what_the_next_read_diff_delete_and_up_can_use(cls, se
 
     # diff (preview) never touches the host; drift exactly when the host is not as created
     host.clear()
-    d = p.diff(id_, again, props)
-    assert host.sent == []
-    assert (d.changes, d.replaces) == (seen != "there", [])
+    if seen in case.refused and case.refused_in_preview:  # the preview already says why
+        with pytest.raises(FleetError, match=case.refused[seen]):
+            p.diff(id_, again, props)
+        assert host.sent == []
+    else:
+        d = p.diff(id_, again, props)
+        assert host.sent == []
+        assert (d.changes, d.replaces) == (seen != "there", [])
 
     # delete (destroy) from the refreshed state does what it would do from the created one
     host.arrange(seen)

@@ -40,6 +40,7 @@ from ...scripts import script
 from ...providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
 from ...providers.base import Props, RolloutCheck, target_of
 from ..slurm.render import HEADER
+from ..slurm.upgrades import SlurmPackagesProvider
 from ...transport import connection
 from ...transport.command import Secret, sh
 
@@ -208,6 +209,8 @@ class Accounting(pulumi.ComponentResource):
                 "slurm-wlm-mysql-plugin": s.release.debian_version}
         packages = PackageSet("accounting-packages", conn=conn,
                               packages={k: v for k, v in pkgs.items() if v}, hold=True,
+                              provider=SlurmPackagesProvider(),
+                              upgrade_from=["slurm-wlm-mysql-plugin", "slurmdbd", "slurmrestd"],
                               opts=after(firewall))
         cnf = File("mariadb-config", conn=conn, path=MARIADB_CNF, content=render_mariadb_cnf(cfg),
                    opts=after(packages))

@@ -32,6 +32,7 @@ from ...providers import Accounts, CommandWithVerify, File, Files, PackageSet, S
 from ..acceptance.gate import JobPaths, JobSpec
 from .packages import SlurmPackages
 from .render import SLURM_ETC, render_cgroup_conf, render_gres_conf, render_slurm_conf
+from .upgrades import SlurmPackagesProvider
 from .validate import validate_argv
 
 
@@ -122,6 +123,7 @@ class SlurmCluster(pulumi.ComponentResource):
         ctl_conf: list[pulumi.Resource] = []
         ctl_base: list[pulumi.Resource] = []
         gate = pulumi.Output.from_input(inputs.controller_gate)
+        rel = cfg.slurm.release
 
         def host_layer(host: HostSpec, packages: dict[str, str], is_node: bool,
                        after: tuple[pulumi.Resource, ...] = ()) -> pulumi.Resource:
@@ -137,7 +139,9 @@ class SlurmCluster(pulumi.ComponentResource):
             # the packages start no daemon: munged before its key, slurmd before its config
             # (24.11's waits out systemd's start timeout); the units below start them
             pkgs = PackageSet(f"{h}-slurm-packages", conn=conn, packages=packages, hold=True,
-                              start_services=False, opts=pulumi.ResourceOptions(
+                              start_services=False, provider=SlurmPackagesProvider(),
+                              upgrade_from=sorted(n for n, v in packages.items() if v == rel.debian_version),
+                              opts=pulumi.ResourceOptions(
                                   parent=self, depends_on=[*ids, self.packages.sources[h], *after]))
             after_pkgs = pulumi.ResourceOptions(parent=self, depends_on=[pkgs])
             key = File(f"{h}-munge-key", conn=conn, path="/etc/munge/munge.key", content=munge_key,

@@ -1,0 +1,81 @@
+"""Which installed Slurm a release replaces in place (components/layers/slurm/upgrades.py): the
+window from SchedMD's upgrade guide, and the PackageSet refusing a jump outside it in preview
+(from the recorded versions) and at apply (from the host's), with nothing planned."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.layers.slurm.upgrades import SlurmPackagesProvider, major, upgradable_from
+from components.providers.base import PlanRefused
+from components.providers.packages import PackageSetProvider, parse_package_probe
+
+CONN = {"name": "node1", "address": "10.0.0.1"}
+OLD = "22.05.8-4+deb12u3"
+NEW = "24.11.5-4+deb13u1~bookworm1"
+
+
+def props(version: str = NEW) -> dict:
+    return {"conn": CONN, "packages": {"slurmd": version, "slurm-client": version, "munge": "0.5.15-2"},
+            "hold": True, "upgrade_from": ["slurm-client", "slurmd"]}
+
+
+@pytest.mark.parametrize("version, majors", [
+    ("22.05.8", ["22.05", "21.08", "20.11"]),           # two back, the nine-month cycle
+    ("23.11.10-1", ["23.11", "23.02", "22.05"]),
+    ("24.05.1", ["24.05", "23.11", "23.02"]),
+    ("24.11.5-4+deb13u1~bookworm1", ["24.11", "24.05", "23.11", "23.02"]),  # three back from 24.11
+    ("25.05.0", ["25.05", "24.11", "24.05", "23.11"]),
+    ("1:25.11.2-1", ["25.11", "25.05", "24.11", "24.05"]),
+    ("26.05.0", ["26.05", "25.11", "25.05", "24.11"]),  # the six-month cycle, past the table
+])
+def test_the_window_is_schedmds(version, majors):
+    assert upgradable_from(version) == majors
+
+
+def test_major_of_a_debian_version():
+    assert major(OLD) == "22.05" and major("1:24.11.5-4+deb13u1~bookworm1") == "24.11"
+
+
+def host(installed: dict[str, str]) -> dict:
+    lines = "".join(f"{n} {v} ii \n" for n, v in installed.items())
+    return parse_package_probe(f"== installed\n{lines}== dpkg-updates\n")
+
+
+def test_a_jump_past_the_window_is_refused_at_apply_naming_host_versions_and_the_way_on():
+    with pytest.raises(PlanRefused) as e:
+        SlurmPackagesProvider().plan(props(), host({"slurmd": OLD, "slurm-client": OLD, "munge": "0.5.15-2"}), {})
+    msg = str(e.value)
+    assert msg.startswith(f"host node1: installed slurm-client {OLD}, slurmd {OLD}, the stack's {NEW}")
+    assert "Slurm 24.11 upgrades in place only from 24.05, 23.11 or 23.02" in msg
+    assert "Move the host to 23.02 or a later one of those first, or remove Slurm from it" in msg
+
+
+@pytest.mark.parametrize("installed", [
+    {},                                                    # a fresh host
+    {"slurmd": "23.02.7-1", "slurm-client": "23.02.7-1"},  # inside the window
+    {"slurmd": "24.11.1-1", "slurm-client": "24.11.1-1"},  # a maintenance release
+    {"slurmd": NEW, "slurm-client": NEW},                  # nothing to move
+])
+def test_a_move_inside_the_window_is_planned(installed):
+    steps = SlurmPackagesProvider().plan(props(), host(installed), {})
+    assert steps and all(s.argv for s in steps)
+
+
+def test_only_the_named_packages_are_judged():
+    p = {**props(), "upgrade_from": ["slurmd"]}
+    steps = SlurmPackagesProvider().plan(p, host({"slurmd": "24.05.1-1", "munge": "0.4.0-1"}), {})
+    assert any("munge=0.5.15-2" in s.argv for s in steps)
+
+
+def test_preview_refuses_from_the_recorded_versions_without_the_host():
+    olds = {**props(OLD), "versions": {"munge": "0.5.15-2", "slurm-client": OLD, "slurmd": OLD}, "held": []}
+    with pytest.raises(Exception, match="host node1: installed slurm-client 22.05.8-4"):
+        SlurmPackagesProvider().diff("node1:packages", olds, props())
+    ok = {**props("24.05.1-1"), "versions": {"slurm-client": "24.05.1-1", "slurmd": "24.05.1-1"}, "held": []}
+    assert SlurmPackagesProvider().diff("node1:packages", ok, props()).changes is True
+
+
+def test_a_set_without_the_rule_moves_anything():
+    plain = PackageSetProvider().plan(props(), host({"slurmd": OLD, "slurm-client": OLD}), {})
+    assert any(f"slurmd={NEW}" in s.argv for s in plain)
