@@ -13,6 +13,7 @@ their config is in place.
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import Any, Optional
 
@@ -32,15 +33,20 @@ APT_OPTS = ["-y", "-q", *APT_LOCK_WAIT, "-o", "Dpkg::Options::=--force-confdef",
 
 _PROBE = script(__file__, "packages_probe.sh")
 _NO_START = script(__file__, "packages_no_start.sh")
+#: the line packages_no_start.sh marks its policy-rc.d with (it removes the file when the
+#: install ends; a host that lost power meanwhile keeps it: refresh reports it, up removes it)
+POLICY_RC = "/usr/sbin/policy-rc.d"
+POLICY_MARK = re.search(r'^mark="(.+)"$', _NO_START, re.M).group(1)
 
 
 def parse_package_probe(stdout: str) -> Observed:
     """{'installed': {name: version} (status ii/hi only), 'held': set(names): dpkg's selection
     is hold (status h.), as `apt-mark hold` sets it, 'interrupted': dpkg has journal entries an
-    interrupted run left (it refuses to install until configured)}."""
+    interrupted run left (it refuses to install until configured), 'leftover': the no-start
+    policy an interrupted install left (every later install on the host starts no service)}."""
     installed: dict[str, str] = {}
     held: set[str] = set()
-    interrupted = False
+    interrupted = leftover = False
     section = None
     for line in stdout.splitlines():
         if line.startswith("== "):
@@ -55,7 +61,9 @@ def parse_package_probe(stdout: str) -> Observed:
                 held.add(name)
         elif section == "dpkg-updates" and parts:
             interrupted = True
-    return {"installed": installed, "held": held, "interrupted": interrupted}
+        elif section == "policy-rc.d" and line == POLICY_MARK:
+            leftover = True
+    return {"installed": installed, "held": held, "interrupted": interrupted, "leftover": leftover}
 
 
 def parse_apt_simulation(stdout: str) -> set[str]:
@@ -95,13 +103,17 @@ class PackageSetProvider(HostPrimitive):
 
     def desired(self, props: Props) -> dict[str, Any]:
         names = sorted(props["packages"])
+        quiet = {} if props.get("start_services", True) else {"leftover": None}
         return {"versions": {n: props["packages"][n] for n in names},
-                "held": names if props.get("hold", True) else []}
+                "held": names if props.get("hold", True) else [], **quiet}
 
     def state(self, props: Props, obs: Observed) -> dict[str, Any]:
+        """What the host has; for a set that installs under the no-start policy, that policy
+        when an interrupted install left it (recorded only then: drift)."""
         names = sorted(props["packages"])
+        left = not props.get("start_services", True) and obs.get("leftover")
         return {"versions": {n: obs["installed"].get(n) for n in names},
-                "held": sorted(n for n in names if n in obs["held"])}
+                "held": sorted(n for n in names if n in obs["held"]), **({"leftover": POLICY_RC} if left else {})}
 
     def refused_upgrade(self, props: Props, installed: dict[str, Optional[str]]) -> Optional[str]:
         """Why the set will not move its packages from what is installed (None: it may): a
@@ -138,6 +150,9 @@ class PackageSetProvider(HostPrimitive):
         # a package's scripts start no service the layer has not started yet (its config is
         # not there): packages_no_start.sh; an upgrade still restarts what is running
         quiet = [] if props.get("start_services", True) else sh(_NO_START)
+        if quiet and obs.get("leftover"):
+            steps.append(Step(["rm", "-f", "--", POLICY_RC], "remove the no-start policy an interrupted install "
+                              "left (under it, no package on the host starts a service)"))
         if change and obs.get("interrupted"):
             # a run killed mid-install (the host lost power, its sshd went with the session):
             # dpkg refuses every install until the half-done one is configured

@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from components.providers.file import _WRITE as FILE_WRITE
+from components.providers.packages import _NO_START as NO_START
 from components.layers.slurm.validate import validate_argv
 from tests.pulumi_cli import PulumiProject
 
@@ -135,6 +136,26 @@ def test_munge_key_is_a_secret_everywhere(cluster):
     assert ssh("ctl", "stat -c '%a %U %G' /etc/munge/munge.key").stdout.strip() == "400 munge munge"
     logs = ssh("ctl", "journalctl --no-pager -q 2>/dev/null; cat /var/log/slurm/*.log 2>/dev/null").stdout
     assert key[:64] not in logs
+
+
+def test_a_no_start_policy_left_by_a_lost_host_is_drift_that_up_removes(cluster):
+    """The install's no-start policy outlives an install killed with the host (SIGKILL: no
+    trap runs). Under it no later install on node2 would start a service; refresh reports it
+    on node2's package set and `up --refresh` removes it, nothing else."""
+    proj, _ = cluster
+    ssh("node2", f"sh -c {shlex.quote(NO_START)} sh sh -c 'kill -9 $PPID'; test -e /usr/sbin/policy-rc.d")
+    try:
+        proj.log.unlink(missing_ok=True)
+        out = proj.run("up", "--yes", "--stack", "lab", "--refresh", "--skip-preview").stdout
+        changed = [line for line in out.splitlines() if "dynamic/" in line and (" updated" in line or " created" in line)]
+        assert len(changed) == 1 and "node2-slurm-packages" in changed[0], out[-3000:]
+        acted = [c for c in command_log(proj.log) if c["mutating"]]
+        assert len(acted) == 1 and acted[0]["host"] == "node2", acted
+        assert "rm -f -- /usr/sbin/policy-rc.d" in acted[0]["cmd"] and "apt-get" not in acted[0]["cmd"], acted
+        assert ssh("node2", "test -e /usr/sbin/policy-rc.d", check=False).returncode == 1
+        proj.run("up", "--yes", "--stack", "lab", "--refresh", "--skip-preview", "--expect-no-changes")
+    finally:
+        ssh("node2", "rm -f /usr/sbin/policy-rc.d")
 
 
 def test_a_release_slurm_cannot_upgrade_to_in_place_is_refused_and_nothing_moves(cluster):

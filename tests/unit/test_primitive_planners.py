@@ -9,7 +9,7 @@ from components.providers.base import PlanRefused
 from components.providers.command import CommandWithVerifyProvider
 from components.providers.file import FileProvider, backup_path, sha256_text
 from components.providers.packages import (
-    PackageSetProvider, parse_apt_simulation, parse_package_probe,
+    _NO_START, POLICY_MARK, PackageSetProvider, parse_apt_simulation, parse_package_probe,
 )
 from components.providers.systemd import SystemdUnitProvider, parse_unit_probe
 
@@ -102,8 +102,34 @@ def test_package_probe_reads_holds_from_dpkg_status():
     obs = parse_package_probe("== installed\nhello 2.10-3 ii \njq 1.6-2.1 hi \ngone 1.0 hn \n"
                               "old 1.0 rc \n== dpkg-updates\n")
     assert obs == {"installed": {"hello": "2.10-3", "jq": "1.6-2.1"}, "held": {"jq", "gone"},
-                   "interrupted": False}
+                   "interrupted": False, "leftover": False}
     assert PackageSetProvider().plan({"packages": {"jq": "1.6-2.1"}, "hold": True}, obs, {}) == []
+
+
+def test_a_no_start_policy_an_interrupted_install_left_is_drift_and_up_removes_it():
+    """The host lost power mid-install: packages_no_start.sh's policy-rc.d stays, and under it
+    no later install on the host (an admin's, unattended-upgrades) starts a service. A set
+    that installs under that policy records it on refresh and its next apply removes it; an
+    admin's own policy-rc.d (another first lines) is not ours."""
+    p = PackageSetProvider()
+    props = {"conn": CONN, "packages": {"jq": "1.6-2.1"}, "hold": True, "start_services": False}
+    ours = parse_package_probe(f"== installed\njq 1.6-2.1 hi \n== dpkg-updates\n== policy-rc.d\n#!/bin/sh\n{POLICY_MARK}\n")
+    admins = parse_package_probe("== installed\njq 1.6-2.1 hi \n== dpkg-updates\n== policy-rc.d\n#!/bin/sh\nexit 101\n")
+    assert ours["leftover"] is True and admins["leftover"] is False
+    assert p.state(props, ours)["leftover"] == "/usr/sbin/policy-rc.d" and "leftover" not in p.state(props, admins)
+    assert [list(s.argv) for s in p.plan(props, ours, {})] == [["rm", "-f", "--", "/usr/sbin/policy-rc.d"]]
+    assert p.plan(props, admins, {}) == []
+    # a set that installs without the policy leaves it to the set that used it
+    plain = {**props, "start_services": True}
+    assert p.plan(plain, ours, {}) == [] and "leftover" not in p.state(plain, ours)
+    # the diff: drift exactly when a refresh recorded the leftover
+    clean = {**props, **p.state(props, admins)}
+    assert p.diff("node1:packages:jq", clean, props).changes is False
+    assert p.diff("node1:packages:jq", {**props, **p.state(props, ours)}, props).changes is True
+
+
+def test_the_policy_mark_is_the_one_the_no_start_script_writes():
+    assert POLICY_MARK.startswith("# gpu-fleet:") and f'mark="{POLICY_MARK}"' in _NO_START
 
 
 def test_the_package_probe_script_holds_no_apt_mark():
