@@ -108,12 +108,12 @@ class PackageSetProvider(HostPrimitive):
                 "held": names if props.get("hold", True) else [], **quiet}
 
     def state(self, props: Props, obs: Observed) -> dict[str, Any]:
-        """What the host has; for a set that installs under the no-start policy, that policy
-        when an interrupted install left it (recorded only then: drift)."""
+        """What the host has; for a set that installs under the no-start policy, also that
+        policy when an interrupted install left it (drift)."""
         names = sorted(props["packages"])
-        left = not props.get("start_services", True) and obs.get("leftover")
+        quiet = {} if props.get("start_services", True) else {"leftover": POLICY_RC if obs.get("leftover") else None}
         return {"versions": {n: obs["installed"].get(n) for n in names},
-                "held": sorted(n for n in names if n in obs["held"]), **({"leftover": POLICY_RC} if left else {})}
+                "held": sorted(n for n in names if n in obs["held"]), **quiet}
 
     def refused_upgrade(self, props: Props, installed: dict[str, Optional[str]]) -> Optional[str]:
         """Why the set will not move its packages from what is installed (None: it may): a
