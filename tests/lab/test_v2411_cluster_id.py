@@ -107,6 +107,10 @@ def test_without_the_adoption_slurmctld_refuses_to_start(release24):
     ssh("ctl", f"systemctl stop slurmctld && cp -p {got['kept']} {STATE} && "
                "(systemctl start slurmctld || true)")
     try:
+        # slurmctld registers with slurmdbd after its start returns; the refusal comes with
+        # the answer (the log read at once raced it): wait for the daemon to go, up to 30 s
+        ssh("ctl", "for i in $(seq 150); do systemctl -q is-active slurmctld || exit 0; sleep 0.2; done; exit 1",
+            check=False)
         log = ssh("ctl", "tail -n 20 /var/log/slurm/slurmctld.log").stdout
         assert "CLUSTER ID MISMATCH" in log, log
         assert f'"ClusterID={got["controllerId"]}"' in log and f'should be "{got["dbdId"]}"' in log, log
