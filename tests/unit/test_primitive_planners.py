@@ -128,6 +128,19 @@ def test_a_no_start_policy_an_interrupted_install_left_is_drift_and_up_removes_i
     assert p.diff("node1:packages:jq", {**props, **p.state(props, ours)}, props).changes is True
 
 
+@pytest.mark.parametrize("policy", ["/usr/sbin/policy-rc.d", "/nonexistent/policy-rc.d"])
+def test_the_package_probe_succeeds_with_or_without_a_policy_rc_d(policy):
+    """The probe runs on this machine (a policy-rc.d that is not ours, and none at the path):
+    its exit code is its success, and a read that fails stops the rollout."""
+    import subprocess
+    argv = PackageSetProvider().probe_argv({"packages": {}})
+    script = argv[2].replace("/usr/sbin/policy-rc.d", policy)
+    res = subprocess.run([*argv[:2], script, *argv[3:]], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    obs = parse_package_probe(res.stdout)
+    assert "dpkg" in obs["installed"] and obs["leftover"] is False
+
+
 def test_the_policy_mark_is_the_one_the_no_start_script_writes():
     assert POLICY_MARK.startswith("# gpu-fleet:") and f'mark="{POLICY_MARK}"' in _NO_START
 

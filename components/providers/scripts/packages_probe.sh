@@ -10,4 +10,4 @@ dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\n' 2>/dev/null
 echo "== dpkg-updates"
 find /var/lib/dpkg/updates -mindepth 1 -maxdepth 1 2>/dev/null | head -n 1
 echo "== policy-rc.d"
-head -n 2 /usr/sbin/policy-rc.d 2>/dev/null
+head -n 2 /usr/sbin/policy-rc.d 2>/dev/null || :  # none: nothing to say
