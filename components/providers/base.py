@@ -84,8 +84,9 @@ def target_of(props: Props) -> SshTarget:
 
 
 def kind_of(provider: ResourceProvider) -> str:
-    """'File', 'Account', 'CanaryJob', ...: the resource kind, for errors."""
-    return type(provider).__name__.removesuffix("Provider")
+    """'File', 'Account', 'CanaryJob', ...: the resource kind, for errors and the command log
+    (a layer's subclass of a primitive's provider names the primitive: its `kind`)."""
+    return getattr(provider, "kind", None) or type(provider).__name__.removesuffix("Provider")
 
 
 def _address(address: str) -> str:

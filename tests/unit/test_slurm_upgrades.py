@@ -79,3 +79,8 @@ def test_preview_refuses_from_the_recorded_versions_without_the_host():
 def test_a_set_without_the_rule_moves_anything():
     plain = PackageSetProvider().plan(props(), host({"slurmd": OLD, "slurm-client": OLD}), {})
     assert any(f"slurmd={NEW}" in s.argv for s in plain)
+
+
+def test_the_slurm_sets_are_package_sets_in_errors_and_the_command_log():
+    from components.providers.base import kind_of
+    assert kind_of(SlurmPackagesProvider()) == kind_of(PackageSetProvider()) == "PackageSet"

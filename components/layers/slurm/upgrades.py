@@ -52,6 +52,8 @@ class SlurmPackagesProvider(PackageSetProvider):
     """A PackageSet whose `upgrade_from` packages (the release's own) move only from a major
     their wanted version upgrades from; the state holds their names, the rule lives here."""
 
+    kind = "PackageSet"  # the resource's kind in errors and the command log
+
     def refused_upgrade(self, props: Props, installed: dict[str, Optional[str]]) -> Optional[str]:
         want = props["packages"]
         names = [n for n in props.get("upgrade_from") or [] if n in want]
