@@ -101,9 +101,14 @@ class PackageSetProvider(HostPrimitive):
     def parse(self, props: Props, stdout: str) -> Observed:
         return parse_package_probe(stdout)
 
+    @staticmethod
+    def no_start(props: Props) -> bool:
+        """The set installs under packages_no_start.sh's policy (start_services=False)."""
+        return not props.get("start_services", True)
+
     def desired(self, props: Props) -> dict[str, Any]:
         names = sorted(props["packages"])
-        quiet = {} if props.get("start_services", True) else {"leftover": None}
+        quiet = {"leftover": None} if self.no_start(props) else {}
         return {"versions": {n: props["packages"][n] for n in names},
                 "held": names if props.get("hold", True) else [], **quiet}
 
@@ -111,7 +116,7 @@ class PackageSetProvider(HostPrimitive):
         """What the host has; for a set that installs under the no-start policy, also that
         policy when an interrupted install left it (drift)."""
         names = sorted(props["packages"])
-        quiet = {} if props.get("start_services", True) else {"leftover": POLICY_RC if obs.get("leftover") else None}
+        quiet = {"leftover": POLICY_RC if obs.get("leftover") else None} if self.no_start(props) else {}
         return {"versions": {n: obs["installed"].get(n) for n in names},
                 "held": sorted(n for n in names if n in obs["held"]), **quiet}
 
@@ -120,21 +125,22 @@ class PackageSetProvider(HostPrimitive):
         layer's rule for a jump its software does not support in place (layers/slurm/upgrades.py)."""
         return None
 
+    def _refuse_upgrade(self, props: Props, installed: dict[str, Optional[str]]) -> None:
+        why = self.refused_upgrade(props, installed)
+        if why:
+            raise PlanRefused(f"host {target_of(props).name}: {why}")
+
     @_entry
     def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
         """A jump the software does not support is refused in preview, from the versions the
         state recorded, before anything (the new release's publication included) is done."""
-        why = self.refused_upgrade(news, olds.get("versions") or {})
-        if why:
-            raise PlanRefused(f"host {target_of(news).name}: {why}")
+        self._refuse_upgrade(news, olds.get("versions") or {})
         return super().diff(_id, olds, news)
 
     def plan(self, props: Props, obs: Observed, record: Props) -> list[Step]:
         want = props["packages"]
         hold = props.get("hold", True)
-        why = self.refused_upgrade(props, obs["installed"])
-        if why:
-            raise PlanRefused(f"host {target_of(props).name}: {why}")
+        self._refuse_upgrade(props, obs["installed"])
         change = {}
         for name, version in sorted(want.items()):
             have = obs["installed"].get(name)
@@ -149,7 +155,7 @@ class PackageSetProvider(HostPrimitive):
         steps: list[Step] = []
         # a package's scripts start no service the layer has not started yet (its config is
         # not there): packages_no_start.sh; an upgrade still restarts what is running
-        quiet = [] if props.get("start_services", True) else sh(_NO_START)
+        quiet = sh(_NO_START) if self.no_start(props) else []
         if quiet and obs.get("leftover"):
             steps.append(Step(["rm", "-f", "--", POLICY_RC], "remove the no-start policy an interrupted install "
                               "left (under it, no package on the host starts a service)"))

@@ -9,8 +9,8 @@ have had alone: its own exit code, stdout and stderr, framed by byte counts. The
 that fails stops the sequence and raises the error its own command would have raised (host,
 the step's command, its exit code and output); nothing after it runs. A connection lost
 mid-sequence (sshd stopped, the host gone) is the step in flight's: `HostUnreachable` naming
-that step, as it would have been alone. A step's stdin is
-handed to that step alone, byte for byte.
+that step, as it would have been alone. A step's stdin is handed to that step alone, byte
+for byte.
 
 Never retried, never reordered: a sequence is what the plan said, once. Writing each frame
 is the check that the client is still there, so a stopped run (lifeline.py) starts no
@@ -123,10 +123,11 @@ def _send(conn: "Connection", group: list[Planned], read: Optional[list[Piece]],
         if read is not None and k == len(cmds) - 1:
             return r
     if len(got) < len(cmds):
-        if not got and res.rc != 0:  # ssh or sudo failed before the script ran: the first meets it
-            conn.fail(cmds[0], Result(res.rc, mask(res.stdout, secrets), mask(res.stderr, secrets)))
-        if res.rc == 255:  # the connection went (sshd stopped, host down) while this step ran
-            conn.fail(cmds[len(got)], Result(res.rc, "", mask(res.stderr, secrets)))
+        # ssh or sudo failed before the script ran (the first step meets it), or the connection
+        # went while a step ran (sshd stopped, host down): that step meets it, as it would alone
+        if res.rc != 0 and (not got or res.rc == 255):
+            before = "" if got else res.stdout  # after frames, stdout is the finished steps' own
+            conn.fail(cmds[len(got)], Result(res.rc, mask(before, secrets), mask(res.stderr, secrets)))
         raise HostError(conn.t.name, cmds[len(got)], res.rc, mask(res.stdout + res.stderr, secrets),
                         f"a sequence of {len(cmds)} commands stopped after {len(got)} without a "
                         "result for the next")

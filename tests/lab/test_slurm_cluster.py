@@ -14,6 +14,7 @@ import pytest
 from components.providers.file import _WRITE as FILE_WRITE
 from components.providers.packages import _NO_START as NO_START
 from components.layers.slurm.validate import validate_argv
+from lab import slurm_release
 from tests.pulumi_cli import PulumiProject
 
 from .labhosts import command_log, ssh
@@ -167,8 +168,8 @@ def test_a_release_slurm_cannot_upgrade_to_in_place_is_refused_and_nothing_moves
     before = {h: snapshot(h) for h in HOSTS}
     proj.log.unlink(missing_ok=True)
     try:
-        proj.run("config", "set", "--path", "gpu-fleet:slurm.release.version", "24.11", "--stack", "lab")
-        proj.run("config", "set", "--path", "gpu-fleet:slurm.release.debian_version", "24.11.5-4+deb13u1~bookworm1",
+        proj.run("config", "set", "--path", "gpu-fleet:slurm.release.version", slurm_release.VERSION, "--stack", "lab")
+        proj.run("config", "set", "--path", "gpu-fleet:slurm.release.debian_version", slurm_release.DEBIAN_VERSION,
                  "--stack", "lab")
         for args in (("preview",), ("up", "--yes")):
             p = proj.run(*args, "--stack", "lab", check=False, timeout=600)

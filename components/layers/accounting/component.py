@@ -40,7 +40,7 @@ from ...scripts import script
 from ...providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
 from ...providers.base import Props, RolloutCheck, target_of
 from ..slurm.render import HEADER
-from ..slurm.upgrades import SlurmPackagesProvider
+from ..slurm.upgrades import SlurmPackagesProvider, own_packages
 from ...transport import connection
 from ...transport.command import Secret, sh
 
@@ -207,10 +207,10 @@ class Accounting(pulumi.ComponentResource):
         pkgs = {"mariadb-server": a.mariadb_version, "slurmdbd": s.release.debian_version,
                 "slurmrestd": s.release.debian_version,
                 "slurm-wlm-mysql-plugin": s.release.debian_version}
-        packages = PackageSet("accounting-packages", conn=conn,
-                              packages={k: v for k, v in pkgs.items() if v}, hold=True,
+        pkgs = {k: v for k, v in pkgs.items() if v}
+        packages = PackageSet("accounting-packages", conn=conn, packages=pkgs, hold=True,
                               provider=SlurmPackagesProvider(),
-                              upgrade_from=["slurm-wlm-mysql-plugin", "slurmdbd", "slurmrestd"],
+                              upgrade_from=own_packages(pkgs, s.release.debian_version),
                               opts=after(firewall))
         cnf = File("mariadb-config", conn=conn, path=MARIADB_CNF, content=render_mariadb_cnf(cfg),
                    opts=after(packages))

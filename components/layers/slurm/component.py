@@ -32,7 +32,7 @@ from ...providers import Accounts, CommandWithVerify, File, Files, PackageSet, S
 from ..acceptance.gate import JobPaths, JobSpec
 from .packages import SlurmPackages
 from .render import SLURM_ETC, render_cgroup_conf, render_gres_conf, render_slurm_conf
-from .upgrades import SlurmPackagesProvider
+from .upgrades import SlurmPackagesProvider, own_packages
 from .validate import validate_argv
 
 
@@ -140,7 +140,7 @@ class SlurmCluster(pulumi.ComponentResource):
             # (24.11's waits out systemd's start timeout); the units below start them
             pkgs = PackageSet(f"{h}-slurm-packages", conn=conn, packages=packages, hold=True,
                               start_services=False, provider=SlurmPackagesProvider(),
-                              upgrade_from=sorted(n for n, v in packages.items() if v == rel.debian_version),
+                              upgrade_from=own_packages(packages, rel.debian_version),
                               opts=pulumi.ResourceOptions(
                                   parent=self, depends_on=[*ids, self.packages.sources[h], *after]))
             after_pkgs = pulumi.ResourceOptions(parent=self, depends_on=[pkgs])

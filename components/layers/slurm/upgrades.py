@@ -48,6 +48,12 @@ def upgradable_from(version: str) -> list[str]:
     return out
 
 
+def own_packages(packages: dict[str, str], debian_version: str) -> list[str]:
+    """The names in a package set that are the release's own (its Debian version): those the
+    window applies to (munge, PMIx, MariaDB move by their own rules)."""
+    return sorted(n for n, v in packages.items() if v == debian_version)
+
+
 class SlurmPackagesProvider(PackageSetProvider):
     """A PackageSet whose `upgrade_from` packages (the release's own) move only from a major
     their wanted version upgrades from; the state holds their names, the rule lives here."""

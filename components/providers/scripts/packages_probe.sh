@@ -2,8 +2,9 @@
 # Reads the host's installed packages and holds (dpkg-query: a held package's status starts
 # with "h", the selection `apt-mark hold` sets), and whether dpkg's journal holds an
 # interrupted operation (/var/lib/dpkg/updates not empty), and the head of
-# /usr/sbin/policy-rc.d (one packages_no_start.sh left when its host lost power). No arguments. One dpkg-query and no
-# `apt-mark showhold`, which loads apt's whole cache to read the same selections (issue 16).
+# /usr/sbin/policy-rc.d (one packages_no_start.sh left when its host lost power). No
+# arguments. One dpkg-query and no `apt-mark showhold`, which loads apt's whole cache to read
+# the same selections (issue 16).
 
 echo "== installed"
 dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\n' 2>/dev/null

@@ -3,10 +3,10 @@
 # `active` only when the server serves. ganesha forks before it has read its exports and
 # registered on the bus; without this, whatever follows the start (the layer's export check,
 # units ordered after it) can find it running and not yet answering.
-# $1: seconds to wait.
+# $1: seconds to wait (render.GANESHA_READY_S).
 
 set -u
-limit=${1:-30}
+limit=$1
 end=$(($(date +%s) + limit))
 while :; do
   if out=$(dbus-send --system --print-reply --reply-timeout=5000 --dest=org.ganesha.nfsd \
