@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -158,7 +159,8 @@ def phases(entries: list[dict], layers: dict, canary: str, wall_start: float, up
     return {**{k: None if v is None else round(v - wall_start, 1) for k, v in at.items()}, "up": round(up_s, 1)}
 
 
-def bench(n: int, repeat: int, policy: bool, parallel: int, first_repeat: int = 1) -> dict:
+def bench(n: int, repeat: int, policy: bool, parallel: int, first_repeat: int = 1,
+          keep_logs: Path | None = None) -> dict:
     pack = ["--policy-pack", str(ROOT / "policies")] if policy else []
     pack += ["--parallel", str(parallel)]
     with tempfile.TemporaryDirectory() as tmp:
@@ -169,6 +171,9 @@ def bench(n: int, repeat: int, policy: bool, parallel: int, first_repeat: int = 
             wall, wall_start, proj, log = first_converge(n, pack, Path(tmp) / str(i))
             firsts.append(wall)
             first_log = command_log(log)
+            if keep_logs:
+                keep_logs.mkdir(parents=True, exist_ok=True)
+                shutil.copy(log, keep_logs / f"first-{n}-{i}.jsonl")
             layers = labels_to_layers(proj)
             at.append(phases(first_log, layers, "node1", wall_start, wall))
         first = statistics.median(firsts)
@@ -182,6 +187,8 @@ def bench(n: int, repeat: int, policy: bool, parallel: int, first_repeat: int = 
             cpus.append({**{r: v["cpu_s"] for r, v in sorted(roles.items())},
                          "machine": round(machine_cpu_s() - machine, 1)})
         noop_log = command_log(log)
+        if keep_logs:
+            shutil.copy(log, keep_logs / f"noop-{n}.jsonl")
         assert not [e for e in noop_log if e["mutating"]], "a no-op refresh sent a mutating command"
         counts = per_host_layer(noop_log, layers)
         return {"nodes": n, "first_s": round(first, 1), "first_all": [round(t, 1) for t in firsts],
@@ -210,11 +217,12 @@ def main() -> None:
                     help="first converges per node count, each from fresh hosts (the median is reported)")
     ap.add_argument("--leave-up", action="store_true")
     ap.add_argument("--parallel", type=int, default=32, help="the engine's --parallel (as the Makefile's)")
+    ap.add_argument("--keep-logs", type=Path, help="copy each run's GPU_FLEET_COMMAND_LOG into this folder")
     args = ap.parse_args()
     rows = []
     try:
         for n in (int(x) for x in args.nodes.split(",")):
-            r = bench(n, args.repeat, args.policy, args.parallel, args.first_repeat)
+            r = bench(n, args.repeat, args.policy, args.parallel, args.first_repeat, args.keep_logs)
             rows.append(r)
             print(json.dumps(r), flush=True)
     finally:
