@@ -127,27 +127,7 @@ def test_identities_come_before_packages_on_every_host(graph):
             assert f"{h}-accounts" in graph.deps[f"{h}-slurm-packages"], h
             users = [m["name"] for m in graph.inputs[f"{h}-accounts"]["members"]]
             assert users == ["munge", "slurm", "fleetcanary"], (h, users)
-            # the key needs the munge account, not the package: it is written while the
-            # packages install, and munged starts only once both are there
-            assert graph.before(f"{h}-accounts", f"{h}-munge-key")
-            assert not graph.before(f"{h}-slurm-packages", f"{h}-munge-key"), h
-            assert {f"{h}-munge-key", f"{h}-slurm-packages"} <= graph.deps[f"{h}-munge"], h
-
-    return settled(fleet).apply(check)
-
-
-@pulumi.runtime.test
-def test_a_nodes_config_follows_the_validated_controller_copy_not_its_own_packages(graph):
-    fleet = build(RAW)
-
-    def check(_):
-        for h in ("gpu01", "gpu02", "gpu03"):
-            assert graph.before("storage-slurm.conf", f"{h}-slurm-config"), h
-            assert not graph.before(f"{h}-slurm-packages", f"{h}-slurm-config"), h
-            # slurmd starts with its packages, key (through munged) and config all in place
-            assert graph.before(f"{h}-slurm-packages", f"{h}-slurmd"), h
-            assert graph.before(f"{h}-munge", f"{h}-slurmd"), h
-            assert f"{h}-slurm-config" in graph.deps[f"{h}-slurmd"], h
+            assert graph.before(f"{h}-slurm-packages", f"{h}-munge-key")
 
     return settled(fleet).apply(check)
 
@@ -177,9 +157,10 @@ def test_canary_first_gate_comes_before_every_other_nodes_packages(graph):
         assert graph.before("gpu01-slurmd", "canary-first")
         assert graph.before("storage-slurmctld", "canary-first")
         for h in ("gpu02", "gpu03"):
-            # nothing of the release reaches another node before the canary's job passed
-            for r in ("slurm-packages", "munge-key", "slurm-config"):
-                assert "canary-first" in graph.deps[f"{h}-{r}"], (h, r)
+            assert "canary-first" in graph.deps[f"{h}-slurm-packages"], h
+            # nothing of the release (packages, key, config, daemons) reaches another node first
+            for r in ("munge-key", "slurm-config", "munge", "slurmd"):
+                assert graph.before("canary-first", f"{h}-{r}"), (h, r)
         assert not graph.before("canary-first", "gpu01-slurm-packages")
 
     return settled(fleet).apply(check)

@@ -144,16 +144,10 @@ class SlurmCluster(pulumi.ComponentResource):
                               opts=pulumi.ResourceOptions(
                                   parent=self, depends_on=[*ids, self.packages.sources[h], *after]))
             after_pkgs = pulumi.ResourceOptions(parent=self, depends_on=[pkgs])
-            # The key and a node's config need the accounts and the gate, not the packages: they
-            # are written while the packages install (munge's postinst keeps a key it finds, and
-            # sets /etc/munge's owner and mode), so after the gate a node's chain is its install,
-            # munged, slurmd (issue 16: the one serial round)
-            before_pkgs = [*ids, *after]
             key = File(f"{h}-munge-key", conn=conn, path="/etc/munge/munge.key", content=munge_key,
-                       mode="0400", owner="munge", group="munge", secret=True,
-                       opts=pulumi.ResourceOptions(parent=self, depends_on=before_pkgs))
+                       mode="0400", owner="munge", group="munge", secret=True, opts=after_pkgs)
             munge = SystemdUnit(f"{h}-munge", conn=conn, unit="munge.service", triggers={"key": key_hash},
-                                opts=pulumi.ResourceOptions(parent=self, depends_on=[key, pkgs]))
+                                opts=pulumi.ResourceOptions(parent=self, depends_on=[key]))
             # The controller's slurm.conf is validated in isolation before it is put in place;
             # node copies follow only once it was. The controller's copies carry the text (so
             # `preview --diff` shows it once), a File each; a node's three are one resource
@@ -162,8 +156,7 @@ class SlurmCluster(pulumi.ComponentResource):
             after_ctl = pulumi.ResourceOptions(parent=self, depends_on=[pkgs, *ctl_conf])
             if is_node:
                 files: list[pulumi.Resource] = [Files(
-                    f"{h}-slurm-config", conn=conn, legacy=f"{h}-slurm.conf",
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[*before_pkgs, *ctl_conf]),
+                    f"{h}-slurm-config", conn=conn, legacy=f"{h}-slurm.conf", opts=after_ctl,
                     files=[{"path": f"{SLURM_ETC}/{name}", "content": text} for name, text in confs.items()])]
             else:
                 written = {name: File(f"{h}-{name}", conn=conn, path=f"{SLURM_ETC}/{name}", content=text,
