@@ -161,23 +161,28 @@ def test_a_no_start_policy_left_by_a_lost_host_is_drift_that_up_removes(cluster)
 
 def test_a_release_slurm_cannot_upgrade_to_in_place_is_refused_and_nothing_moves(cluster):
     """22.05 -> 24.11 skips three majors; 24.11's daemons refuse 22.05's saved state. The
-    preview says so, naming the host, and `up` (which previews first) changes nothing."""
+    preview says so, naming the host, and `up` (which previews first) changes nothing; nor does
+    `up --skip-preview`, refused by the upgrade window before the release is published."""
     proj, _ = cluster
     release = {k: proj.run("config", "get", "--path", f"gpu-fleet:slurm.release.{k}", "--stack", "lab").stdout.strip()
                for k in ("version", "debian_version")}
     before = {h: snapshot(h) for h in HOSTS}
+    published = ssh("storage", "ls /srv/gpu-fleet/repo/slurm").stdout
     proj.log.unlink(missing_ok=True)
     try:
         proj.run("config", "set", "--path", "gpu-fleet:slurm.release.version", slurm_release.VERSION, "--stack", "lab")
         proj.run("config", "set", "--path", "gpu-fleet:slurm.release.debian_version", slurm_release.DEBIAN_VERSION,
                  "--stack", "lab")
-        for args in (("preview",), ("up", "--yes")):
+        for args in (("preview",), ("up", "--yes"), ("up", "--yes", "--skip-preview")):
             p = proj.run(*args, "--stack", "lab", check=False, timeout=600)
             text = p.stdout + p.stderr
             assert p.returncode != 0, text[-3000:]
             refused = [h for h in HOSTS if f"host {h}: installed slurm-client 22.05.8-4+deb12u3" in text]
             assert refused and "Slurm 24.11 upgrades in place only from 24.05, 23.11 or 23.02" in text, text[-4000:]
+            if "--skip-preview" in args:  # every Slurm host named at once, before the publication
+                assert sorted(refused) == HOSTS and "Slurm upgrade window: 4 host(s)" in text, text[-4000:]
         assert not [c for c in command_log(proj.log) if c["mutating"]]
+        assert ssh("storage", "ls /srv/gpu-fleet/repo/slurm").stdout == published  # nothing published
         assert {h: snapshot(h) for h in HOSTS} == before
     finally:
         for k, v in release.items():

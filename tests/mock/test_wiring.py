@@ -150,6 +150,23 @@ def test_accounting_is_ready_before_slurmctld_and_builds_on_the_controller_base(
 
 
 @pulumi.runtime.test
+def test_the_upgrade_window_is_checked_before_the_release_is_published_or_any_source_moves(graph):
+    fleet = build(RAW)
+
+    def check(_):
+        release = next(n for n in graph.deps if n.startswith("slurm-release-"))
+        assert "slurm-upgrade-window" in graph.deps[release]
+        for h in ("storage", "gpu01", "gpu02", "gpu03"):
+            assert graph.before("slurm-upgrade-window", f"{h}-slurm-apt-source"), h
+        window = graph.inputs["slurm-upgrade-window"]
+        assert [(x["conn"]["name"], x["set"]) for x in window["hosts"]] == [
+            ("storage", "controller"), ("gpu01", "node"), ("gpu02", "node"), ("gpu03", "node")]
+        assert window["sets"]["node"]["upgrade_from"] == ["slurm-client", "slurmd"]
+
+    return settled(fleet).apply(check)
+
+
+@pulumi.runtime.test
 def test_canary_first_gate_comes_before_every_other_nodes_packages(graph):
     fleet = build(RAW)
 

@@ -11,6 +11,8 @@ then move hosts". Here:
   hash), and is verified by `sha256sum -c`. A new release is a replacement, and
   Pulumi creates the replacement before deleting the old one: the new directory
   is published before any host moves to it.
+- before it, `UpgradeWindow` (upgrades.py) refuses a release some Slurm host cannot
+  upgrade to in place, so `up --skip-preview` publishes nothing and moves no apt source;
 - storage serves the repository read-only over HTTP (a systemd unit);
 - each host gets an apt source for the release directory; its PackageSet then
   installs exact versions and holds them.
@@ -30,6 +32,7 @@ from ...config import FleetConfig
 from ...hosts import conn_input
 from ...providers import CommandWithVerify, File, SystemdUnit
 from ...scripts import script
+from .upgrades import UpgradeWindow, own_packages
 
 REPO_ROOT = "/srv/gpu-fleet/repo"
 PORT = 8787
@@ -54,7 +57,18 @@ class SlurmPackages(pulumi.ComponentResource):
         rel_dir = f"{REPO_ROOT}/slurm/{rel}"
         meta = json.dumps({"slurm": r.version, "debian_version": r.debian_version,
                            "source_sha256": r.source_sha256}, sort_keys=True)
-        child = pulumi.ResourceOptions(parent=self)
+        hosts = [cfg.hosts.controller, *cfg.slurm_nodes()]
+        # `up --skip-preview` steps without a preview: a release a host cannot upgrade to in
+        # place is refused here, before it is published or any apt source moves (upgrades.py)
+        sets = {role: {"packages": pkgs, "upgrade_from": own_packages(pkgs, r.debian_version)}
+                for role, pkgs in (("controller", r.controller_packages()), ("node", r.node_packages()))}
+        self.window = UpgradeWindow(
+            "slurm-upgrade-window", version=r.debian_version, sets=sets, repository=st_conn,
+            max_parallel=cfg.ssh.max_parallel,
+            hosts=[{"conn": conn_input(h, cfg.ssh, root), "set": "controller" if h is cfg.hosts.controller
+                    else "node"} for h in hosts],
+            opts=pulumi.ResourceOptions(parent=self))
+        child = pulumi.ResourceOptions(parent=self, depends_on=[self.window])
         self.release = CommandWithVerify(
             f"slurm-release-{rel}", conn=st_conn,
             create=["sh", "-c", _PUBLISH, "sh", r.source_dir, rel_dir, r.debian_version, meta],
@@ -71,7 +85,6 @@ class SlurmPackages(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.release]))
         self.url = f"http://{st.address}:{PORT}/slurm/{rel}/"
         self.sources: dict[str, File] = {}
-        hosts = [cfg.hosts.controller, *cfg.slurm_nodes()]
         for h in hosts:
             self.sources[h.name] = File(
                 f"{h.name}-slurm-apt-source", conn=conn_input(h, cfg.ssh, root),

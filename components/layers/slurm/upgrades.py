@@ -7,14 +7,24 @@ state is lost, or the daemon refuses to start (the lab's 24.11 on 22.05's StateS
 rule to each host's PackageSet (`SlurmPackagesProvider`), which refuses the jump at
 `pulumi preview` (from the versions the state recorded) and again at apply (from what the
 host has), before anything is installed.
+
+`UpgradeWindow` applies the same rule once for the fleet, before the release is published:
+`pulumi up --skip-preview` steps resources without a preview, and the publication on the
+storage host and every host's apt source come before the package sets. When the release
+changes (and for hosts the stack adds) it reads each Slurm host's packages, read-only, and
+refuses the release naming every host out of the window, so nothing is published or
+repointed. A host it cannot reach is left to its own package set (whose probe fails first).
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-from ...providers.base import Props
-from ...providers.packages import PackageSetProvider
+from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider, UpdateResult
+
+from ...providers.base import PlanRefused, Props, _entry
+from ...providers.packages import PackageSetProvider, read_packages
+from ...transport import HostError, SshTarget, fan_out
 
 #: majors before the six-month cycle (a nine-month one until 24.05)
 _NINE_MONTH = ("17.02", "17.11", "18.08", "19.05", "20.02", "20.11", "21.08", "22.05", "23.02", "23.11", "24.05")
@@ -76,3 +86,73 @@ class SlurmPackagesProvider(PackageSetProvider):
                 f"only from {froms} (SchedMD's upgrade guide); from further back its daemons lose or refuse "
                 f"the state the old ones saved. Move the host to {older[-1] if older else ok[0]} or a later "
                 "one of those first, or remove Slurm from it")
+
+
+class UpgradeWindowProvider(ResourceProvider):
+    """Reads the Slurm hosts' packages (read-only) when the release changes, or for hosts the
+    stack adds, and refuses a release any of them cannot upgrade to in place."""
+
+    serialize_as_secret_always = False  # no secret captured (components/providers/base.py)
+
+    def read_hosts(self, props: Props, names: list[str]) -> Props:
+        hosts = {h["conn"]["name"]: h for h in props["hosts"] if h["conn"]["name"] in names}
+        rule = SlurmPackagesProvider()
+
+        def refusal(conn) -> Optional[str]:
+            try:
+                if conn.t.name not in hosts:
+                    return conn.connect()  # the repository host: what follows needs it
+                installed = read_packages(conn)["installed"]
+            except HostError:
+                return None  # its own package set's probe (or the publication) reports the host
+            return rule.refused_upgrade(props["sets"][hosts[conn.t.name]["set"]], installed)
+
+        # the repository host's connection opens meanwhile: on the lab it took the
+        # publication's first 0.3 s, now behind this check (bench/README, session 17)
+        repo = props.get("repository")
+        targets = [SshTarget.from_dict(h["conn"]) for h in hosts.values()] + (
+            [SshTarget.from_dict(repo)] if repo and repo["name"] not in hosts else [])
+        found = {n: why for n, why in fan_out(targets, refusal, props.get("max_parallel") or 16).items() if why}
+        if found:
+            raise PlanRefused(
+                f"Slurm upgrade window: {len(found)} host(s) cannot take release {props['version']} in place; "
+                "nothing was published or installed:\n"
+                + "\n".join(f"  - host {n}: {found[n]}" for n in sorted(found)))
+        return {"version": props["version"], "checked": sorted(h["conn"]["name"] for h in props["hosts"])}
+
+    @_entry
+    def create(self, props: Props) -> CreateResult:
+        return CreateResult(id_="slurm-upgrade-window", outs=self.read_hosts(props, _names(props)))
+
+    @_entry
+    def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
+        added = set(_names(news)) - set(olds.get("checked") or [])
+        return DiffResult(changes=olds.get("version") != news["version"] or bool(added),
+                          replaces=[], stables=[], delete_before_replace=False)
+
+    @_entry
+    def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
+        names = _names(news)
+        if olds.get("version") == news["version"]:
+            names = [n for n in names if n not in set(olds.get("checked") or [])]
+        return UpdateResult(outs=self.read_hosts(news, names))
+
+    def delete(self, _id: str, props: Props) -> None:
+        return None  # reading changed nothing
+
+
+def _names(props: Props) -> list[str]:
+    return [h["conn"]["name"] for h in props["hosts"]]
+
+
+class UpgradeWindow(Resource, module="slurm", name="UpgradeWindow"):
+    """The fleet's Slurm hosts checked against the release's upgrade window, before it is published."""
+
+    def __init__(self, name: str, *, version: str, sets: dict[str, dict], hosts: list[dict],
+                 repository: Optional[dict] = None, max_parallel: int = 16, opts=None):
+        """`sets`: a package set's `packages` and `upgrade_from` by role; `hosts`: {conn, set}
+        for each Slurm host (a role each: O(1) state a host); `repository`: the conn of the
+        host the release is published on (connected to, nothing read)."""
+        super().__init__(UpgradeWindowProvider(), name, {
+            "version": version, "sets": sets, "hosts": hosts, "repository": repository,
+            "max_parallel": max_parallel, "checked": None}, opts)
