@@ -95,17 +95,14 @@ def window(version: str = NEW, names=("ctl", "node1", "node2")) -> dict:
                            "upgrade_from": ["slurm-client", "slurmctld"]},
             "node": {"packages": {"slurmd": version, "slurm-client": version}, "upgrade_from": ["slurm-client", "slurmd"]}}
     return {"version": version, "sets": sets, "max_parallel": 4, "checked": None,
-            "repository": {"name": "storage", "address": "10.0.0.9"},
             "hosts": [{"conn": {"name": n, "address": f"10.0.0.{i + 1}"}, "set": "controller" if n == "ctl" else "node"}
                       for i, n in enumerate(names)]}
 
 
 @pytest.fixture
 def hosts(monkeypatch):
-    """name -> installed versions (or an exception: the host cannot be read); records who was
-    read, and whose connection was opened without a read."""
+    """name -> installed versions (or an exception: the host cannot be read); records who was read."""
     from components.layers.slurm import upgrades
-    from components.transport import Connection
     have: dict = {}
     read: list[str] = []
 
@@ -116,7 +113,6 @@ def hosts(monkeypatch):
             raise got
         return host(got)
     monkeypatch.setattr(upgrades, "read_packages", read_packages)
-    monkeypatch.setattr(Connection, "connect", lambda self: read.append(f"connect {self.t.name}"))
     return have, read
 
 
@@ -126,23 +122,35 @@ def test_the_window_refuses_naming_every_host_outside_it_and_skips_one_it_cannot
     have, read = hosts
     have.update({"ctl": {"slurmctld": OLD, "slurm-client": OLD}, "node1": {"slurmd": "24.05.1-1"},
                  "node2": {"slurmd": OLD}, "node3": HostUnreachable("node3", "sh -c ...", 255, "", "cannot reach 10.0.0.4:22 over SSH")})
+    olds = {"version": OLD, "checked": ["ctl", "node1", "node2", "node3"]}
     with pytest.raises(Exception) as e:
-        UpgradeWindowProvider().create(window(names=("ctl", "node1", "node2", "node3")))
+        UpgradeWindowProvider().update("w", olds, window(names=("ctl", "node1", "node2", "node3")))
     msg = str(e.value)
     assert msg.startswith(f"Slurm upgrade window: 2 host(s) cannot take release {NEW} in place; "
                           "nothing was published or installed:\n")
     assert f"  - host ctl: installed slurm-client {OLD}, slurmctld {OLD}, the stack's {NEW}" in msg
     assert f"  - host node2: installed slurmd {OLD}" in msg and "node1" not in msg and "node3" not in msg
     assert msg.index("host ctl") < msg.index("host node2")
-    assert sorted(read) == ["connect storage", "ctl", "node1", "node2", "node3"]
+    assert sorted(read) == ["ctl", "node1", "node2", "node3"]
 
 
 def test_a_fleet_inside_the_window_is_recorded_as_checked(hosts):
     from components.layers.slurm.upgrades import UpgradeWindowProvider
-    have, _ = hosts
+    have, read = hosts
     have.update({"ctl": {"slurmctld": "24.05.1-1"}, "node1": {}, "node2": {"slurmd": NEW}})
-    out = UpgradeWindowProvider().create(window()).outs
-    assert out == {"version": NEW, "checked": ["ctl", "node1", "node2"]}
+    out = UpgradeWindowProvider().update("w", {"version": "24.05.1-1", "checked": ["ctl", "node1", "node2"]},
+                                         window()).outs
+    assert out == {"version": NEW, "checked": ["ctl", "node1", "node2"]} and sorted(read) == ["ctl", "node1", "node2"]
+
+
+def test_created_the_window_records_the_release_and_reads_no_host(hosts):
+    """A first converge: each host's package set probes it before installing anything; the
+    window read before the publication would hold the whole rollout back (bench/README)."""
+    from components.layers.slurm.upgrades import UpgradeWindowProvider
+    have, read = hosts
+    have.update({"node1": {"slurmd": OLD}})
+    assert UpgradeWindowProvider().create(window()).outs == {"version": NEW, "checked": ["ctl", "node1", "node2"]}
+    assert read == []
 
 
 def test_the_window_reads_hosts_again_only_for_a_new_release_or_a_new_host(hosts):
@@ -155,10 +163,10 @@ def test_the_window_reads_hosts_again_only_for_a_new_release_or_a_new_host(hosts
     assert p.diff("w", olds, window(names=("ctl", "node1", "node2", "node3"))).changes is True
     assert p.diff("w", olds, window("24.11.6-1")).changes is True
     p.update("w", olds, window(names=("ctl", "node1", "node2", "node3")))
-    assert sorted(read) == ["connect storage", "node3"]
+    assert read == ["node3"]
     read.clear()
     p.update("w", olds, window("24.11.6-1"))
-    assert sorted(read) == ["connect storage", "ctl", "node1", "node2"]
+    assert sorted(read) == ["ctl", "node1", "node2"]
 
 
 def test_the_engines_check_passes_the_windows_inputs_through():

@@ -11,7 +11,7 @@ then move hosts". Here:
   hash), and is verified by `sha256sum -c`. A new release is a replacement, and
   Pulumi creates the replacement before deleting the old one: the new directory
   is published before any host moves to it.
-- before it, `UpgradeWindow` (upgrades.py) refuses a release some Slurm host cannot
+- before it, `UpgradeWindow` (upgrades.py) refuses a new release some Slurm host cannot
   upgrade to in place, so `up --skip-preview` publishes nothing and moves no apt source;
 - storage serves the repository read-only over HTTP (a systemd unit);
 - each host gets an apt source for the release directory; its PackageSet then
@@ -63,8 +63,7 @@ class SlurmPackages(pulumi.ComponentResource):
         sets = {role: {"packages": pkgs, "upgrade_from": own_packages(pkgs, r.debian_version)}
                 for role, pkgs in (("controller", r.controller_packages()), ("node", r.node_packages()))}
         self.window = UpgradeWindow(
-            "slurm-upgrade-window", version=r.debian_version, sets=sets, repository=st_conn,
-            max_parallel=cfg.ssh.max_parallel,
+            "slurm-upgrade-window", version=r.debian_version, sets=sets, max_parallel=cfg.ssh.max_parallel,
             hosts=[{"conn": conn_input(h, cfg.ssh, root), "set": "controller" if h is cfg.hosts.controller
                     else "node"} for h in hosts],
             opts=pulumi.ResourceOptions(parent=self))

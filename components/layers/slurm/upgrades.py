@@ -8,12 +8,15 @@ rule to each host's PackageSet (`SlurmPackagesProvider`), which refuses the jump
 `pulumi preview` (from the versions the state recorded) and again at apply (from what the
 host has), before anything is installed.
 
-`UpgradeWindow` applies the same rule once for the fleet, before the release is published:
+`UpgradeWindow` applies the same rule once for the fleet, before a new release is published:
 `pulumi up --skip-preview` steps resources without a preview, and the publication on the
 storage host and every host's apt source come before the package sets. When the release
 changes (and for hosts the stack adds) it reads each Slurm host's packages, read-only, and
 refuses the release naming every host out of the window, so nothing is published or
 repointed. A host it cannot reach is left to its own package set (whose probe fails first).
+Created, it records the release and reads nothing: read before the publication on a first
+converge it held the lab's 12-node run back 1.4 s (bench/README, session 17), and a host
+that already holds a Slurm then is refused by its package set's probe, before any install.
 """
 
 from __future__ import annotations
@@ -90,7 +93,8 @@ class SlurmPackagesProvider(PackageSetProvider):
 
 class UpgradeWindowProvider(ResourceProvider):
     """Reads the Slurm hosts' packages (read-only) when the release changes, or for hosts the
-    stack adds, and refuses a release any of them cannot upgrade to in place."""
+    stack adds, and refuses a release any of them cannot upgrade to in place; created, it
+    records the release (the package sets' own probes judge a first converge)."""
 
     serialize_as_secret_always = False  # no secret captured (components/providers/base.py)
 
@@ -100,18 +104,12 @@ class UpgradeWindowProvider(ResourceProvider):
 
         def refusal(conn) -> Optional[str]:
             try:
-                if conn.t.name not in hosts:
-                    return conn.connect()  # the repository host: what follows needs it
                 installed = read_packages(conn)["installed"]
             except HostError:
-                return None  # its own package set's probe (or the publication) reports the host
+                return None  # its own package set's probe reports the host
             return rule.refused_upgrade(props["sets"][hosts[conn.t.name]["set"]], installed)
 
-        # the repository host's connection opens meanwhile: on the lab it took the
-        # publication's first 0.3 s, now behind this check (bench/README, session 17)
-        repo = props.get("repository")
-        targets = [SshTarget.from_dict(h["conn"]) for h in hosts.values()] + (
-            [SshTarget.from_dict(repo)] if repo and repo["name"] not in hosts else [])
+        targets = [SshTarget.from_dict(h["conn"]) for h in hosts.values()]
         found = {n: why for n, why in fan_out(targets, refusal, props.get("max_parallel") or 16).items() if why}
         if found:
             raise PlanRefused(
@@ -122,7 +120,7 @@ class UpgradeWindowProvider(ResourceProvider):
 
     @_entry
     def create(self, props: Props) -> CreateResult:
-        return CreateResult(id_="slurm-upgrade-window", outs=self.read_hosts(props, _names(props)))
+        return CreateResult(id_="slurm-upgrade-window", outs=self.read_hosts(props, []))
 
     @_entry
     def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
@@ -149,10 +147,9 @@ class UpgradeWindow(Resource, module="slurm", name="UpgradeWindow"):
     """The fleet's Slurm hosts checked against the release's upgrade window, before it is published."""
 
     def __init__(self, name: str, *, version: str, sets: dict[str, dict], hosts: list[dict],
-                 repository: Optional[dict] = None, max_parallel: int = 16, opts=None):
+                 max_parallel: int = 16, opts=None):
         """`sets`: a package set's `packages` and `upgrade_from` by role; `hosts`: {conn, set}
-        for each Slurm host (a role each: O(1) state a host); `repository`: the conn of the
-        host the release is published on (connected to, nothing read)."""
+        for each Slurm host (a role each: O(1) state a host)."""
         super().__init__(UpgradeWindowProvider(), name, {
-            "version": version, "sets": sets, "hosts": hosts, "repository": repository,
-            "max_parallel": max_parallel, "checked": None}, opts)
+            "version": version, "sets": sets, "hosts": hosts, "max_parallel": max_parallel,
+            "checked": None}, opts)
