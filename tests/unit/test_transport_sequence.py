@@ -151,9 +151,11 @@ def test_a_connection_lost_mid_sequence_is_the_step_in_flights_unreachable(conn,
     ssh exits 255. The error is the one that step alone would have raised (host unreachable,
     naming it), not a cut-off sequence; the third step never starts."""
     gone, after = tmp_path / "gone", tmp_path / "after"
-    # ssh: the remote session in its own process group; 255 once the "sshd" went
+    # ssh: the remote session in its own process group, with SIGHUP's default action as sshd's
+    # sessions have (a test run under nohup inherits it ignored); 255 once the "sshd" went
     monkeypatch.setattr(ssh, "ssh_argv", lambda t: [
-        "/bin/sh", "-c", 'l=$1; m=$2; shift 2; for cmd; do :; done; setsid -w /bin/sh -c "$l" fake "$cmd"; '
+        "/bin/sh", "-c", 'l=$1; m=$2; shift 2; for cmd; do :; done; '
+        'env --default-signal=HUP setsid -w /bin/sh -c "$l" fake "$cmd"; '
         'rc=$?; [ -e "$m" ] || exit "$rc"; echo "Connection to 10.0.0.1 closed by remote host." >&2; exit 255',
         "fake-ssh", fakeconn.LOCAL_SHELL, str(gone)])
     steps = [S(["true"]), S(sh('touch "$1"; kill -HUP 0; sleep 5', str(gone))), S(["touch", str(after)])]
