@@ -121,7 +121,9 @@ def configure(proj: PulumiProject, change_id: str | None, **spec) -> None:
 def up(proj: PulumiProject, check: bool = True) -> subprocess.CompletedProcess:
     p = proj.run("up", "--yes", "--stack", "lab", "--skip-preview", check=False, timeout=1500)
     if check:
-        assert p.returncode == 0, (p.stdout + p.stderr)[-5000:]
+        # the errors first: the stack's outputs diff after them can fill any tail
+        diag = p.stdout[p.stdout.find("Diagnostics:"):p.stdout.find("Outputs:", p.stdout.find("Diagnostics:"))]
+        assert p.returncode == 0, diag[:8000] + "\n...\n" + (p.stdout + p.stderr)[-3000:]
     return p
 
 
