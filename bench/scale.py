@@ -231,7 +231,6 @@ FAKE_MODULE = '''
 from . import providers as _providers  # noqa: F401  (every primitive, so every subclass below)
 from .layers.acceptance import job as _job  # noqa: F401
 from .layers.gpu_runtime import component as _gpu
-from .layers.slurm import upgrades as _upgrades
 from .providers import base as _base
 
 
@@ -283,8 +282,6 @@ def _baseline(self, props, refresh=False):
 
 
 _gpu.GpuBaselineProvider.run = _baseline
-# the upgrade window finds every host without Slurm (a fresh fleet): the packages it reads
-_upgrades.read_packages = lambda conn: {"installed": {}, "held": set(), "interrupted": False, "leftover": False}
 '''
 
 PROFILE_HOOK = '''

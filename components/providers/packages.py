@@ -22,7 +22,6 @@ from debian.debian_support import version_compare
 from pulumi.dynamic import DiffResult, Resource
 
 from ..scripts import script
-from ..transport import Connection
 from ..transport.command import Piece, sh
 from .base import HostPrimitive, Observed, PlanRefused, Props, Step, _entry, target_of
 
@@ -65,11 +64,6 @@ def parse_package_probe(stdout: str) -> Observed:
         elif section == "policy-rc.d" and line == POLICY_MARK:
             leftover = True
     return {"installed": installed, "held": held, "interrupted": interrupted, "leftover": leftover}
-
-
-def read_packages(conn: Connection) -> Observed:
-    """One read-only command: what the host has installed and held (parse_package_probe)."""
-    return parse_package_probe(conn.run(sh(_PROBE), mutating=False).stdout)
 
 
 def parse_apt_simulation(stdout: str) -> set[str]:

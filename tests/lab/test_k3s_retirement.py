@@ -122,7 +122,8 @@ def up(proj: PulumiProject, check: bool = True) -> subprocess.CompletedProcess:
     p = proj.run("up", "--yes", "--stack", "lab", "--skip-preview", check=False, timeout=1500)
     if check:
         # the errors first: the stack's outputs diff after them can fill any tail
-        diag = p.stdout[p.stdout.find("Diagnostics:"):p.stdout.find("Outputs:", p.stdout.find("Diagnostics:"))]
+        at = p.stdout.find("Diagnostics:")
+        diag = p.stdout[at:p.stdout.find("Outputs:", at)] if at >= 0 else ""
         assert p.returncode == 0, diag[:8000] + "\n...\n" + (p.stdout + p.stderr)[-3000:]
     return p
 

@@ -87,7 +87,7 @@ def test_the_slurm_sets_are_package_sets_in_errors_and_the_command_log():
 
 
 # ---- UpgradeWindow: the fleet checked before the release is published ----------------------
-# The host boundary is a double here (`read_packages`, one SSH command each); the lab test
+# The host boundary is a double here (the package sets' probe, one SSH command each); the lab test
 # (test_slurm_cluster: `up --skip-preview`) reads real hosts.
 
 def window(version: str = NEW, names=("ctl", "node1", "node2")) -> dict:
@@ -106,13 +106,13 @@ def hosts(monkeypatch):
     have: dict = {}
     read: list[str] = []
 
-    def read_packages(conn):
+    def probe(self, conn, props, refresh=False):
         read.append(conn.t.name)
         got = have.get(conn.t.name, {})
         if isinstance(got, Exception):
             raise got
         return host(got)
-    monkeypatch.setattr(upgrades, "read_packages", read_packages)
+    monkeypatch.setattr(upgrades.SlurmPackagesProvider, "probe", probe)
     return have, read
 
 

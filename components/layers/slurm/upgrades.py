@@ -26,7 +26,7 @@ from typing import Optional
 from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider, UpdateResult
 
 from ...providers.base import PlanRefused, Props, _entry
-from ...providers.packages import PackageSetProvider, read_packages
+from ...providers.packages import PackageSetProvider
 from ...transport import HostError, SshTarget, fan_out
 
 #: majors before the six-month cycle (a nine-month one until 24.05)
@@ -103,11 +103,12 @@ class UpgradeWindowProvider(ResourceProvider):
         rule = SlurmPackagesProvider()
 
         def refusal(conn) -> Optional[str]:
+            pkgs = props["sets"][hosts[conn.t.name]["set"]]
             try:
-                installed = read_packages(conn)["installed"]
+                installed = rule.probe(conn, pkgs)["installed"]  # the package sets' own read
             except HostError:
                 return None  # its own package set's probe reports the host
-            return rule.refused_upgrade(props["sets"][hosts[conn.t.name]["set"]], installed)
+            return rule.refused_upgrade(pkgs, installed)
 
         targets = [SshTarget.from_dict(h["conn"]) for h in hosts.values()]
         found = {n: why for n, why in fan_out(targets, refusal, props.get("max_parallel") or 16).items() if why}
@@ -124,23 +125,24 @@ class UpgradeWindowProvider(ResourceProvider):
 
     @_entry
     def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
-        added = set(_names(news)) - set(olds.get("checked") or [])
-        return DiffResult(changes=olds.get("version") != news["version"] or bool(added),
-                          replaces=[], stables=[], delete_before_replace=False)
+        return DiffResult(changes=bool(_to_read(olds, news)), replaces=[], stables=[],
+                          delete_before_replace=False)
 
     @_entry
     def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
-        names = _names(news)
-        if olds.get("version") == news["version"]:
-            names = [n for n in names if n not in set(olds.get("checked") or [])]
-        return UpdateResult(outs=self.read_hosts(news, names))
+        return UpdateResult(outs=self.read_hosts(news, _to_read(olds, news)))
 
     def delete(self, _id: str, props: Props) -> None:
         return None  # reading changed nothing
 
 
-def _names(props: Props) -> list[str]:
-    return [h["conn"]["name"] for h in props["hosts"]]
+def _to_read(olds: Props, news: Props) -> list[str]:
+    """Every host for a new release; else those the last check did not see (added since)."""
+    names = [h["conn"]["name"] for h in news["hosts"]]
+    if olds.get("version") != news["version"]:
+        return names
+    seen = set(olds.get("checked") or [])
+    return [n for n in names if n not in seen]
 
 
 class UpgradeWindow(Resource, module="slurm", name="UpgradeWindow"):
