@@ -43,5 +43,7 @@ if fleet.accounting is not None:
         pulumi.export(key, value)
 if fleet.web is not None:
     pulumi.export("web", fleet.web.output())
+if fleet.guards is not None:
+    pulumi.export("guards", fleet.guards.output())
 if fleet.acceptance is not None and fleet.acceptance.canary is not None:
     pulumi.export("canary", fleet.acceptance.output())

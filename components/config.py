@@ -41,7 +41,6 @@ SECRET_KEYS = frozenset({"munge_key", "db_password", "jwt_key", "hf_token"})
 #: A section for one of them is an error (it would do nothing); landing a layer removes its
 #: line here and adds its model to FleetConfig.
 NOT_BUILT = {
-    "guards": "the node guards layer (GPU temperature, host memory)",
     "tenancy": "the tenancy layer (multi-tenant quotas)",
 }
 
@@ -557,6 +556,58 @@ class WebLayer(_Strict):
     tailnet: Optional[WebTailnet] = None
 
 
+#: XIDs that mean the GPU or its links failed (not a job's own fault, as 13, 31, 43 or 45 usually
+#: are): double-bit ECC (48), GPU microcontroller halt/breakpoint (61, 62), row remapping and
+#: page retirement (63, 64), NVLink (74), fallen off the bus (79), high single-bit ECC rate
+#: (92), contained and uncontained ECC (94, 95)
+DEFAULT_DRAIN_XIDS = (48, 61, 62, 63, 64, 74, 79, 92, 94, 95)
+
+
+class GuardThermal(_Strict):
+    """Seed 004: what kills a machine is heat held over time, not a peak. A GPU at or above
+    `soak_c` spends its `soak_s` budget (reset once it cools below); at `hard_c` at once."""
+
+    soak_c: int = Field(88, ge=30, le=150)
+    soak_s: int = Field(240, ge=1, le=86400)
+    hard_c: int = Field(96, ge=30, le=150)
+
+
+class GuardsLayer(_Strict):
+    """A guard daemon on every GPU node in Slurm that drains its node (no new jobs; running ones
+    finish or fail on their own) when a GPU soaks in heat or the kernel logs a hardware XID, or
+    NVML stops answering. It never resumes a node: an admin does, after looking."""
+
+    enabled: bool = False
+    #: seconds between samples of the GPUs' temperatures and the kernel log
+    interval_s: int = Field(5, ge=1, le=300)
+    thermal: GuardThermal = GuardThermal()
+    #: XIDs that drain the node; any other XID is recorded, not acted on
+    drain_xids: list[int] = Field(default_factory=lambda: list(DEFAULT_DRAIN_XIDS))
+    #: record what the guard would do without draining (seed 004: run a night dry first)
+    dry_run: bool = False
+    #: where the kernel's messages are read: `journal` (journalctl -k, this boot) on a real node;
+    #: a file's absolute path only for a test double (the lab's nodes have no kernel log of their own)
+    kernel_log: Union[Literal["journal"], RemotePath] = "journal"
+    #: the host memory guard (seed 004) is not built yet: a section for it is refused
+    memory: Optional[dict] = None
+
+    @field_validator("drain_xids")
+    @classmethod
+    def _xids(cls, v: list[int]) -> list[int]:
+        bad = [x for x in v if not 1 <= x <= 999]
+        if bad:
+            raise ValueError(f"{bad} are not XIDs (1-999)")
+        return sorted(set(v))
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, v: Optional[dict]) -> Optional[dict]:
+        if v is not None:
+            raise ValueError("the host memory guard (seed 004: MemAvailable, NVRM out-of-memory errors) is "
+                             "not built yet; remove guards.memory")
+        return v
+
+
 class AcceptanceLayer(_Strict):
     enabled: bool = True
     job_timeout_s: int = Field(300, ge=10)
@@ -583,6 +634,7 @@ class FleetConfig(_Strict):
     model_snapshot: ModelSnapshotLayer = ModelSnapshotLayer()
     k3s_retirement: K3sRetirementLayer = K3sRetirementLayer()
     web: WebLayer = WebLayer()
+    guards: GuardsLayer = GuardsLayer()
     acceptance: AcceptanceLayer = AcceptanceLayer()
 
     def node(self, name: str) -> NodeSpec:
@@ -718,6 +770,25 @@ def _cross_check(cfg: FleetConfig) -> list[str]:
     problems += _model_check(cfg)
     problems += _k3s_check(cfg)
     problems += _web_check(cfg)
+    problems += _guards_check(cfg)
+    return problems
+
+
+def _guards_check(cfg: FleetConfig) -> list[str]:
+    """The guards drain nodes in Slurm and read GPUs through the GPU layer's pynvml."""
+    g = cfg.guards
+    if not g.enabled:
+        return []
+    where = f"{PROJECT}:guards"
+    problems = []
+    if not (cfg.slurm.enabled and cfg.gpu_runtime.enabled):
+        problems.append(f"{where}.enabled: the guards drain nodes in Slurm and read the GPUs with the GPU "
+                        "runtime layer's pynvml: enable slurm and gpu_runtime too")
+    if g.thermal.soak_c >= g.thermal.hard_c:
+        problems.append(f"{where}.thermal.soak_c: {g.thermal.soak_c} C is not below hard_c "
+                        f"({g.thermal.hard_c} C)")
+    if not any(n.gpus for n in cfg.slurm_nodes()):
+        problems.append(f"{where}.enabled: no node in a Slurm partition has GPUs to guard")
     return problems
 
 

@@ -2,7 +2,7 @@
 
 Each layer is a direct child of the Fleet, built from a typed inputs object and
 handing on a typed outputs object; no layer constructs another. The seed's
-order: storage, GPU runtime, K3s retirement, Slurm, accounting, web, model
+order: storage, GPU runtime, K3s retirement, Slurm, accounting, web, guards, model
 snapshot, acceptance (the layers not built yet are refused by the config, so
 they never appear here as silent no-ops). Admission (components/admission.py)
 turns the gating layers' verdicts into the nodes Slurm takes.
@@ -29,6 +29,7 @@ from .layers.acceptance.component import Acceptance, AcceptanceInputs
 from .layers.acceptance.gate import JobPaths
 from .layers.accounting.component import JWT_KEY, RESTD_SOCKET_DIR, Accounting, AccountingInputs
 from .layers.gpu_runtime.component import GpuRuntime, GpuRuntimeInputs
+from .layers.guards.component import Guards, GuardsInputs
 from .layers.k3s_retirement.component import K3sRetirement, K3sRetirementInputs
 from .layers.model_snapshot.component import ModelSnapshot, ModelSnapshotInputs
 from .layers.slurm.component import SlurmCluster, SlurmInputs
@@ -90,7 +91,7 @@ class Fleet(pulumi.ComponentResource):
                                        child).outputs
             final_paths = self.model.job_paths
 
-        self.slurm = self.accounting = self.acceptance = self.web = None
+        self.slurm = self.accounting = self.acceptance = self.web = self.guards = None
         if not (cfg.slurm.enabled and secrets.munge_key is not None):
             self.register_outputs({"summary": self.summary})
             return
@@ -112,6 +113,10 @@ class Fleet(pulumi.ComponentResource):
                                child).outputs
         else:
             hand_over(pulumi.Output.from_input([]))
+        if cfg.guards.enabled:
+            # each GPU node's guard, once the node's slurmd has registered (it drains through slurmctld)
+            self.guards = Guards(GuardsInputs(cfg, root, [self.slurm.reconfigured]), child).outputs
+            after.extend(self.guards.checks.values())  # the partitions open on guarded nodes only
         if self.model is not None:
             after.append(self.model.view)
         self.acceptance = Acceptance(AcceptanceInputs(

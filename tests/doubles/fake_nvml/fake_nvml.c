@@ -27,7 +27,10 @@
  *         "memory_used": 0,
  *         "minor_number": 0,                   nvmlDeviceGetMinorNumber; default: the index
  *         "handle_error": 15,                  optional: nvmlDeviceGetHandleByIndex returns this
- *         "stderr_message": "text"             optional: written to fd 2 when the handle is taken
+ *         "stderr_message": "text",            optional: written to fd 2 when the handle is taken
+ *         "temperature": 40,                   nvmlDeviceGetTemperature (C), read from the file
+ *                                              at every call: a live sensor the tests heat
+ *         "temperature_error": 15              optional: nvmlDeviceGetTemperature returns this
  *     } ]
  *   }
  *
@@ -356,4 +359,24 @@ EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *
     if (!valid(device) || !minorNumber) return NVML_ERROR_INVALID_ARGUMENT;
     *minorNumber = device->minor_number;
     return NVML_SUCCESS;
+}
+
+/* A sensor, not a fact fixed at nvmlInit: the value is read from the file at every call, so a
+ * test heats a GPU by rewriting the node's configuration while a long-running reader (the
+ * guard) keeps NVML initialised. */
+EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensorType, unsigned int *temp) {
+    (void)sensorType;
+    if (!initialized()) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(device) || !temp) return NVML_ERROR_INVALID_ARGUMENT;
+    const char *path = getenv("FAKE_NVML_CONFIG");
+    if (!path || !*path) path = "/etc/fake-nvml.json";
+    char err[256];
+    jval *root = jload_object(path, err, sizeof err);
+    if (!root) return NVML_ERROR_UNKNOWN;
+    const jval *devs = jget(root, "devices");
+    const jval *d = (devs && devs->t == J_ARR && device->index < (unsigned)devs->n) ? devs->items[device->index] : NULL;
+    nvmlReturn_t rc = (nvmlReturn_t)num_or(d ? jget(d, "temperature_error") : NULL, 0);
+    if (rc == NVML_SUCCESS) *temp = (unsigned int)num_or(d ? jget(d, "temperature") : NULL, 40);
+    jfree(root);
+    return rc;
 }

@@ -1,0 +1,357 @@
+#!/usr/bin/python3
+"""gpu-fleet guard: drains this node in Slurm when its GPUs are in trouble.
+
+Runs on a GPU node as `gpu-fleet-guard.service` (python3 and the stdlib, plus the pinned pynvml
+the GPU runtime layer ships), with its JSON config (`--config`, rendered by the guards layer).
+Every `interval_s` it reads each GPU's temperature through NVML and the kernel messages that
+arrived, and drains the node (`scontrol update NodeName=... State=DRAIN Reason=...`) when:
+
+- a GPU soaks in heat: at or above `soak_c` for `soak_s` seconds in a row (the budget starts
+  again once it cools below), or reaches `hard_c` at once. Seed 004: the machine that powered
+  off had sat above 88 C for 417 s; a static alarm on the instant value kills healthy long runs;
+- the kernel logs an XID in `drain_xids` (`NVRM: Xid (PCI:0000:3b:00): 79, ...`), since this
+  boot: a node whose GPU fell off the bus stays drained until it is rebooted and resumed;
+- NVML stops answering: the guard cannot see the GPUs, so the node takes no new job.
+
+Draining stops new jobs only; the guard never kills a job and never resumes a node (an admin
+does, after looking). With `dry_run` it records what it would do and drains nothing.
+Every event is a JSON line in `event_log`, fsynced (seed 004: a machine that loses power keeps
+only what reached the disk). `status_file` says what it sees now (atomically replaced each
+sample): what the guards layer reads to prove the guard runs with the config it was given.
+The kernel-log reader is a child process (`journalctl -k -b -f`); one that exits is started
+again and recorded, and a line cut at a read's end waits for its rest (seed 004's lessons).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+#: `NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU has fallen off the bus.`
+XID_RE = re.compile(r"NVRM: Xid \((?P<dev>[^)]*)\): (?P<xid>\d+)(?:, (?P<rest>.*))?")
+
+
+def parse_xid(line: str) -> Optional[tuple[int, str, str]]:
+    """(XID, device, the rest of the message) of a kernel line, or None."""
+    m = XID_RE.search(line)
+    if not m:
+        return None
+    return int(m.group("xid")), m.group("dev"), (m.group("rest") or "").strip()
+
+
+def config_sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass
+class Soak:
+    """One GPU's heat budget: seconds in a row at or above soak_c."""
+
+    soak_c: int
+    soak_s: int
+    hard_c: int
+    above_s: float = 0.0
+    last: Optional[float] = None
+
+    def update(self, temp_c: int, now: float) -> Optional[str]:
+        """Why the GPU trips now (None: it does not). Time is what really elapsed between samples."""
+        dt = 0.0 if self.last is None else max(0.0, now - self.last)
+        self.last = now
+        if temp_c >= self.soak_c:
+            self.above_s += dt
+        else:
+            self.above_s = 0.0
+        if temp_c >= self.hard_c:
+            return f"{temp_c} C, at or above hard_c {self.hard_c} C"
+        if self.above_s >= self.soak_s:
+            return (f"{temp_c} C after {self.above_s:.0f} s at or above soak_c {self.soak_c} C "
+                    f"(budget {self.soak_s} s)")
+        return None
+
+
+class LineReader:
+    """Whole lines from a child process's stdout without blocking; the child is started again
+    when it exits (and `restarts` counts it)."""
+
+    def __init__(self, argv: list[str]):
+        self.argv = argv
+        self.proc: Optional[subprocess.Popen] = None
+        self.buf = b""
+        self.restarts = 0
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                     stdin=subprocess.DEVNULL)
+        os.set_blocking(self.proc.stdout.fileno(), False)
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def lines(self) -> tuple[list[str], bool]:
+        """(the complete lines that arrived, whether the child had to be started again)."""
+        restarted = False
+        if self.proc is None:
+            self.start()
+        out: list[str] = []
+        while True:
+            try:
+                chunk = self.proc.stdout.read(65536)
+            except (BlockingIOError, ValueError):
+                chunk = None
+            if not chunk:
+                break
+            self.buf += chunk
+        *whole, self.buf = self.buf.split(b"\n")
+        out = [w.decode("utf-8", "replace") for w in whole]
+        if not self.alive():
+            # what it wrote before it died was read above; the new one reads this boot's log (or
+            # the file) from its start again, the cut line whole with it
+            self.buf = b""
+            self.restarts += 1
+            restarted = True
+            self.start()
+        return out, restarted
+
+    def stop(self) -> None:
+        if self.alive():
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+def kernel_log_argv(source: str) -> list[str]:
+    """This boot's kernel messages, then new ones as they come."""
+    if source == "journal":
+        return ["journalctl", "-k", "-b", "-f", "-o", "cat", "--no-pager", "-q"]
+    return ["tail", "-n", "+1", "-F", source]  # a test double's file
+
+
+@dataclass
+class Guard:
+    """The decisions, apart from NVML, the kernel log and scontrol (given as callables)."""
+
+    cfg: dict
+    drain: Callable[[str], tuple[bool, str]]
+    record: Callable[[dict], None]
+    soaks: dict[int, Soak] = field(default_factory=dict)
+    #: the reasons the node was drained for (or, dry, would have been), each acted on once per
+    #: condition (a GPU's heat, an XID on a device, NVML): key -> the reason as first written
+    tripped: dict[str, str] = field(default_factory=dict)
+    pending: dict[str, str] = field(default_factory=dict)
+    xids_seen: int = 0
+
+    def trip(self, key: str, reason: str, **detail) -> None:
+        if key in self.tripped or key in self.pending:
+            return
+        self.record({"event": "would_drain" if self.cfg["dry_run"] else "trip", "reason": reason, **detail})
+        (self.tripped if self.cfg["dry_run"] else self.pending)[key] = reason
+
+    def rearm(self, key: str) -> None:
+        """The condition is over (the GPU cooled below soak_c, NVML answers): the next one drains
+        again (the node stays drained until an admin resumes it). A drain not yet done is kept."""
+        self.tripped.pop(key, None)
+
+    def sample(self, now: float, temps: Optional[dict[int, int]], nvml_error: Optional[str],
+               lines: list[str]) -> None:
+        t = self.cfg["thermal"]
+        if nvml_error is not None:
+            self.trip("nvml", f"NVML does not answer ({nvml_error}): the GPUs cannot be watched", nvml=nvml_error)
+        else:
+            self.rearm("nvml")
+        for i, temp in sorted((temps or {}).items()):
+            soak = self.soaks.setdefault(i, Soak(t["soak_c"], t["soak_s"], t["hard_c"]))
+            why = soak.update(temp, now)
+            if why:
+                self.trip(f"heat:{i}", f"GPU {i} heat: {why}", gpu=i, temp_c=temp, above_s=round(soak.above_s, 1))
+            elif temp < t["soak_c"]:
+                self.rearm(f"heat:{i}")
+        for line in lines:
+            x = parse_xid(line)
+            if x is None:
+                continue
+            xid, dev, rest = x
+            self.xids_seen += 1
+            if xid in self.cfg["drain_xids"]:
+                self.trip(f"xid:{xid}:{dev}", f"XID {xid} on {dev}", xid=xid, device=dev, message=rest[:200])
+            else:
+                self.record({"event": "xid", "xid": xid, "device": dev, "message": rest[:200],
+                             "action": "none: not in drain_xids"})
+        self.flush()
+
+    def flush(self) -> None:
+        """Drain for every reason not yet acted on; one scontrol failing (slurmctld down) is
+        tried again at the next sample."""
+        for key, reason in list(self.pending.items()):
+            ok, out = self.drain(reason)
+            self.record({"event": "drained" if ok else "drain_failed", "reason": reason, "output": out[-400:]})
+            if ok:
+                self.tripped[key] = self.pending.pop(key)
+
+
+# ---- the node's side -------------------------------------------------------------------------
+
+class Nvml:
+    """GPU temperatures through pynvml; NVML is initialised again after an error."""
+
+    def __init__(self):
+        import pynvml  # the GPU runtime layer's pinned copy (PYTHONPATH)
+        self.nv = pynvml
+        self.ok = False
+
+    def temperatures(self) -> tuple[Optional[dict[int, int]], Optional[str]]:
+        nv = self.nv
+        try:
+            if not self.ok:
+                nv.nvmlInit()
+                self.ok = True
+            count = nv.nvmlDeviceGetCount()
+            return {i: int(nv.nvmlDeviceGetTemperature(nv.nvmlDeviceGetHandleByIndex(i), nv.NVML_TEMPERATURE_GPU))
+                    for i in range(count)}, None
+        except nv.NVMLError as e:
+            if self.ok:
+                try:
+                    nv.nvmlShutdown()
+                except nv.NVMLError:
+                    pass
+            self.ok = False
+            return None, str(e)
+
+
+def scontrol_drain(node: str, scontrol: str) -> Callable[[str], tuple[bool, str]]:
+    def drain(reason: str) -> tuple[bool, str]:
+        argv = [scontrol, "update", f"NodeName={node}", "State=DRAIN", f"Reason=gpu-fleet guard: {reason}"]
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            return False, str(e)
+        return p.returncode == 0, (p.stdout + p.stderr).strip() or f"exit {p.returncode}"
+    return drain
+
+
+class EventLog:
+    def __init__(self, path: str):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+
+    def __call__(self, event: dict) -> None:
+        line = json.dumps({"t": round(time.time(), 3), **event}, sort_keys=True) + "\n"
+        os.write(self.fd, line.encode())
+        os.fsync(self.fd)
+
+
+def write_status(path: str, doc: dict) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def status_problems(cfg: dict, text: str, status: Optional[dict], main_pid: str, now: float) -> list[str]:
+    """Why the running guard is not the one the config asks for (empty: it is)."""
+    if status is None:
+        return [f"no status in {cfg['status_file']}: the guard has not sampled yet"]
+    out = []
+    if str(status.get("pid")) != main_pid.strip():
+        out.append(f"the status is from pid {status.get('pid')}, but the unit's main pid is {main_pid.strip() or 'none'}")
+    if status.get("config_sha256") != config_sha(text):
+        out.append("the guard runs with another config than the one on disk (not restarted?)")
+    age = now - float(status.get("time", 0))
+    if age > 3 * cfg["interval_s"] + 5:
+        out.append(f"its last sample is {age:.0f} s old (interval {cfg['interval_s']} s): it is stuck")
+    if not status.get("kernel_log_alive"):
+        out.append("its kernel-log reader is not running")
+    return out
+
+
+def check(path: str, wait_s: float) -> int:
+    """The guard proven from what it reports, not from its unit file: the unit's main process
+    wrote a fresh status with the config on disk. Waits up to `wait_s` for it."""
+    with open(path) as f:
+        text = f.read()
+    cfg = json.loads(text)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with open(cfg["status_file"]) as f:
+                status = json.load(f)
+        except (OSError, ValueError):
+            status = None
+        pid = subprocess.run(["systemctl", "show", "-p", "MainPID", "--value", "gpu-fleet-guard.service"],
+                             capture_output=True, text=True).stdout
+        problems = status_problems(cfg, text, status, pid, time.time())
+        if not problems:
+            print(json.dumps({k: status[k] for k in ("gpus", "tripped", "pending", "nvml_error", "dry_run")},
+                             sort_keys=True))
+            return 0
+        if time.monotonic() >= deadline:
+            print(f"guard on {cfg['node']}: " + "; ".join(problems), file=sys.stderr)
+            return 1
+        time.sleep(0.5)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--check", action="store_true", help="prove the running guard (exit 0) and quit")
+    ap.add_argument("--wait-s", type=float, default=0.0, help="with --check: how long to wait for it")
+    args = ap.parse_args(argv)
+    if args.check:
+        return check(args.config, args.wait_s)
+    with open(args.config) as f:
+        text = f.read()
+    cfg = json.loads(text)
+    record = EventLog(cfg["event_log"])
+    guard = Guard(cfg, scontrol_drain(cfg["node"], cfg.get("scontrol", "scontrol")), record)
+    reader = LineReader(kernel_log_argv(cfg["kernel_log"]))
+    nvml = Nvml()
+
+    def stop(*_):
+        raise Stopped
+
+    signal.signal(signal.SIGTERM, stop)
+    record({"event": "start", "config_sha256": config_sha(text), "dry_run": cfg["dry_run"]})
+    try:
+        loop(cfg, text, guard, reader, nvml, record)
+    except Stopped:
+        pass
+    reader.stop()
+    record({"event": "stop"})
+    return 0
+
+
+class Stopped(Exception):
+    """SIGTERM (systemctl stop): the loop ends between or during samples."""
+
+
+def loop(cfg: dict, text: str, guard: Guard, reader: LineReader, nvml: Nvml, record) -> None:
+    while True:
+        now = time.monotonic()
+        temps, err = nvml.temperatures()
+        lines, restarted = reader.lines()
+        if restarted:
+            record({"event": "kernel_log_restarted", "restarts": reader.restarts})
+        guard.sample(now, temps, err, lines)
+        write_status(cfg["status_file"], {
+            "pid": os.getpid(), "node": cfg["node"], "config_sha256": config_sha(text), "time": time.time(),
+            "gpus": {str(i): {"temp_c": c, "above_soak_s": round(guard.soaks[i].above_s, 1)}
+                     for i, c in sorted((temps or {}).items())},
+            "nvml_error": err, "kernel_log_alive": reader.alive(), "kernel_log_restarts": reader.restarts,
+            "xids_seen": guard.xids_seen, "tripped": list(guard.tripped.values()),
+            "pending": list(guard.pending.values()),
+            "dry_run": cfg["dry_run"]})
+        time.sleep(max(0.0, cfg["interval_s"] - (time.monotonic() - now)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

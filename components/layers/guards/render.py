@@ -1,0 +1,43 @@
+"""Pure renderers of the guards layer: a node's guard config and the guard's systemd unit."""
+
+from __future__ import annotations
+
+import json
+
+from ...config import FleetConfig
+
+GUARD = "/opt/gpu-fleet/bin/gpu-fleet-guard"
+CONFIG = "/etc/gpu-fleet/guard.json"
+UNIT = "gpu-fleet-guard.service"
+#: systemd's RuntimeDirectory (removed when the guard stops: a stale status proves nothing)
+STATUS_DIR = "/run/gpu-fleet-guard"
+STATUS = f"{STATUS_DIR}/status.json"
+#: systemd's LogsDirectory: kept when the guard stops and when the layer is rolled back
+EVENT_LOG = "/var/log/gpu-fleet/guard.jsonl"
+
+
+def render_config(cfg: FleetConfig, node: str) -> str:
+    """The node's guard config (JSON; its SHA-256 is what the running guard reports)."""
+    g = cfg.guards
+    doc = {"node": node, "interval_s": g.interval_s, "dry_run": g.dry_run,
+           "thermal": {"soak_c": g.thermal.soak_c, "soak_s": g.thermal.soak_s, "hard_c": g.thermal.hard_c},
+           "drain_xids": list(g.drain_xids), "kernel_log": g.kernel_log,
+           "event_log": EVENT_LOG, "status_file": STATUS, "scontrol": "scontrol"}
+    return json.dumps(doc, indent=1, sort_keys=True) + "\n"
+
+
+def render_unit(cfg: FleetConfig) -> str:
+    """Root (Slurm takes `scontrol update` only from root or SlurmUser) without capabilities: it
+    reads NVML's device files (so no PrivateDevices), the journal, its config; it writes only its
+    status and its event log."""
+    return (
+        "[Unit]\nDescription=gpu-fleet guard: drains this node on GPU heat soak or a hardware XID\n"
+        "After=network-online.target slurmd.service\n\n"
+        "[Service]\nType=simple\n"
+        f"Environment=PYTHONPATH={cfg.gpu_runtime.pynvml_dir} PYTHONDONTWRITEBYTECODE=1\n"
+        f"ExecStart=/usr/bin/python3 {GUARD} --config {CONFIG}\n"
+        "Restart=always\nRestartSec=5\n"
+        "RuntimeDirectory=gpu-fleet-guard\nLogsDirectory=gpu-fleet\n"
+        "CapabilityBoundingSet=\nNoNewPrivileges=yes\nProtectSystem=strict\nProtectHome=yes\n"
+        "PrivateTmp=yes\nProtectKernelTunables=yes\nProtectControlGroups=yes\nRestrictSUIDSGID=yes\n\n"
+        "[Install]\nWantedBy=multi-user.target\n")

@@ -1,0 +1,174 @@
+"""The guards layer on the lab: a guard on each GPU node drains it through the real slurmctld.
+
+TEST DOUBLES: the GPUs (the fake NVML, tests/doubles/fake_nvml: a test heats a GPU by rewriting
+the node's /etc/fake-nvml.json, which the double reads at every temperature query) and the
+kernel log (a container has none of its own: `guards.kernel_log` names a file the test appends
+NVRM lines to). Everything else is real: systemd runs the guard, pynvml from the GPU layer,
+`scontrol` through MUNGE to slurmctld, Slurm's own node state read back.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.pulumi_cli import PulumiProject
+
+from .labhosts import command_log, ssh
+
+NODES = ["node1", "node2", "node3"]
+KMSG = "/var/lib/gpu-fleet-fake-nvml/kmsg"
+FAKE = "/etc/fake-nvml.json"
+XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python3, GPU has fallen off the bus."
+XID13 = "NVRM: Xid (PCI:0000:86:00): 13, pid=4243, Graphics SM Warp Exception on (GPC 0, TPC 1)"
+
+
+def up(proj: PulumiProject, *args: str) -> None:
+    p = proj.run("up", "--yes", "--stack", "lab", "--skip-preview", *args, check=False, timeout=1200)
+    text = p.stdout + p.stderr
+    at = text.find("Diagnostics:")
+    assert p.returncode == 0, text[at:at + 6000] if at >= 0 else text[-5000:]
+
+
+def node_state(node: str) -> tuple[str, str]:
+    """Slurm's own word on the node: (state, reason), e.g. ('drained', 'gpu-fleet guard: ...')."""
+    out = ssh("ctl", f"sinfo -h -N -n {node} -o '%T|%E'").stdout.splitlines()[0]
+    state, reason = out.split("|", 1)
+    return state.upper(), reason
+
+
+def wait_state(node: str, pred, timeout: float = 30.0) -> tuple[str, str]:
+    end = time.monotonic() + timeout
+    while True:
+        st = node_state(node)
+        if pred(st) or time.monotonic() > end:
+            return st
+        time.sleep(0.5)
+
+
+def set_temp(node: str, gpu: int, temp: int) -> None:
+    ssh(node, f"""python3 - <<'EOF'
+import json, os
+p = "{FAKE}"
+d = json.load(open(p))
+d["devices"][{gpu}]["temperature"] = {temp}
+open(p + ".t", "w").write(json.dumps(d))
+os.replace(p + ".t", p)
+EOF""")
+
+
+def events(node: str) -> list[dict]:
+    return [json.loads(x) for x in ssh(node, "cat /var/log/gpu-fleet/guard.jsonl").stdout.splitlines()]
+
+
+def resume(node: str) -> None:
+    ssh("ctl", f"scontrol update NodeName={node} State=RESUME")
+
+
+@pytest.fixture(scope="module")
+def guarded(lab, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("guards")
+    proj = PulumiProject.copy_of_repo(tmp)
+    proj.log = tmp / "commands.jsonl"
+    proj.env["GPU_FLEET_COMMAND_LOG"] = str(proj.log)
+    proj.init_stack("lab")
+    for n in NODES:
+        ssh(n, f": > {KMSG}; rm -f /var/log/gpu-fleet/guard.jsonl")
+    for path, value in [("guards.enabled", "true"), ("guards.interval_s", "1"), ("guards.thermal.soak_s", "3"),
+                        ("guards.kernel_log", KMSG)]:
+        proj.run("config", "set", "--path", f"gpu-fleet:{path}", value, "--stack", "lab")
+    try:
+        up(proj)
+        yield proj
+    finally:
+        for n in NODES:
+            for gpu in range(8):
+                set_temp(n, gpu, 40)
+        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
+
+
+def test_every_gpu_node_runs_its_guard_without_capabilities(guarded):
+    out = json.loads(guarded.run("stack", "output", "guards", "--json", "--stack", "lab").stdout)
+    assert out["nodes"] == NODES and out["drain_on"]["soak"] == "88 C for 3 s" and out["dry_run"] is False
+    for n in NODES:
+        pid = ssh(n, "systemctl show -p MainPID --value gpu-fleet-guard.service").stdout.strip()
+        assert pid not in ("", "0"), n
+        cmd = ssh(n, f"tr '\\0' ' ' < /proc/{pid}/cmdline").stdout
+        assert "/opt/gpu-fleet/bin/gpu-fleet-guard --config /etc/gpu-fleet/guard.json" in cmd, (n, cmd)
+        caps = dict(line.split(":\t") for line in ssh(n, f"grep ^Cap /proc/{pid}/status").stdout.splitlines())
+        assert caps["CapEff"] == caps["CapBnd"] == "0000000000000000", (n, caps)
+        status = json.loads(ssh(n, "cat /run/gpu-fleet-guard/status.json").stdout)
+        assert status["pid"] == int(pid) and len(status["gpus"]) == 8 and status["nvml_error"] is None, status
+        assert status["tripped"] == [] and status["kernel_log_alive"], status
+        assert node_state(n)[0] in ("IDLE", "ALLOCATED", "MIXED"), (n, node_state(n))
+
+
+def test_a_second_up_changes_nothing_and_sends_only_probes(guarded):
+    guarded.log.unlink(missing_ok=True)
+    p = guarded.run("up", "--yes", "--stack", "lab", "--skip-preview", "--expect-no-changes", check=False,
+                    timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:]
+    assert [c for c in command_log(guarded.log) if c["mutating"]] == []
+
+
+def test_a_gpu_soaking_in_heat_drains_its_node_after_the_budget(guarded):
+    set_temp("node2", 5, 90)
+    t0 = time.monotonic()
+    try:
+        state, reason = wait_state("node2", lambda s: "DRAIN" in s[0])
+        took = time.monotonic() - t0
+        assert "DRAIN" in state and reason.startswith("gpu-fleet guard: GPU 5 heat: 90 C after"), (state, reason)
+        # soak_s 3: not before 2 s (the interval before the first hot sample counts: when the
+        # GPU crossed soak_c within it is unknown, so the guard counts the heat, not its absence)
+        assert took >= 2, took
+        assert "DRAIN" not in node_state("node3")[0]
+        trip = next(e for e in events("node2") if e["event"] == "trip")
+        assert trip["gpu"] == 5 and trip["above_s"] >= 3
+    finally:
+        set_temp("node2", 5, 40)
+    time.sleep(2)
+    resume("node2")  # an admin resumes it; the guard never does, and it stays resumed once cool
+    time.sleep(3)
+    assert "DRAIN" not in node_state("node2")[0]
+
+
+def test_a_hardware_xid_drains_and_an_application_xid_does_not(guarded):
+    ssh("node3", f"echo '{XID13}' >> {KMSG}")
+    time.sleep(4)
+    assert "DRAIN" not in node_state("node3")[0]
+    assert any(e["event"] == "xid" and e["xid"] == 13 for e in events("node3"))
+    ssh("node3", f"echo '{XID79}' >> {KMSG}")
+    state, reason = wait_state("node3", lambda s: "DRAIN" in s[0])
+    resume("node3")
+    assert "DRAIN" in state and reason == "gpu-fleet guard: XID 79 on PCI:0000:3b:00", (state, reason)
+
+
+def test_a_dead_kernel_log_reader_is_started_again(guarded):
+    pid = ssh("node1", "systemctl show -p MainPID --value gpu-fleet-guard.service").stdout.strip()
+    child = ssh("node1", f"cat /proc/{pid}/task/*/children").stdout.split()
+    assert len(child) == 1, child
+    ssh("node1", f"kill -9 {child[0]}")
+    time.sleep(3)
+    assert any(e["event"] == "kernel_log_restarted" for e in events("node1"))
+    assert json.loads(ssh("node1", "cat /run/gpu-fleet-guard/status.json").stdout)["kernel_log_alive"]
+
+
+def test_a_stopped_guard_fails_the_check_and_up_refresh_brings_it_back(guarded):
+    ssh("node1", "systemctl stop gpu-fleet-guard.service")
+    p = ssh("node1", "python3 /opt/gpu-fleet/bin/gpu-fleet-guard --config /etc/gpu-fleet/guard.json --check",
+            check=False)
+    assert p.returncode == 1 and "guard on node1: no status" in p.stderr, (p.stdout, p.stderr)
+    up(guarded, "--refresh")
+    assert ssh("node1", "systemctl is-active gpu-fleet-guard.service").stdout.strip() == "active"
+
+
+def test_destroy_removes_the_guard_and_keeps_its_event_log(guarded):
+    guarded.run("destroy", "--yes", "--stack", "lab", timeout=900)
+    for n in NODES:
+        gone = ssh(n, "systemctl cat gpu-fleet-guard.service >/dev/null 2>&1 && echo unit; "
+                      "test -e /opt/gpu-fleet/bin/gpu-fleet-guard && echo guard; "
+                      "test -e /etc/gpu-fleet/guard.json && echo config; true").stdout.split()
+        assert gone == [], (n, gone)
+        assert [e["event"] for e in events(n)][-1] == "stop", n
