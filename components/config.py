@@ -572,10 +572,33 @@ class GuardThermal(_Strict):
     hard_c: int = Field(96, ge=30, le=150)
 
 
+class GuardMemory(_Strict):
+    """Seed 004: a host out of memory may never see the OOM killer (unified memory is outside
+    every cgroup) and stop answering 43 minutes after the first NVRM out-of-memory error. The guard
+    acts on MemAvailable below `act_mib` for `sustain` samples in a row, or below `warn_mib` with
+    `nvrm_errors` NV_ERR_NO_MEMORY kernel lines within 60 s: it stops the GPU process with the
+    largest host footprint that no `protect` prefix names (SIGTERM, SIGKILL after `grace_s`),
+    then waits `cooldown_s` before acting again."""
+
+    act_mib: int = Field(3072, ge=1)
+    warn_mib: int = Field(6144, ge=1)
+    sustain: int = Field(3, ge=1, le=100)
+    nvrm_errors: int = Field(5, ge=1, le=1000)
+    #: process names (their /proc comm) that are never stopped, by prefix
+    protect: list[Text] = Field(default_factory=list)
+    grace_s: int = Field(20, ge=1, le=600)
+    cooldown_s: int = Field(60, ge=0, le=3600)
+    #: the GPUs share the host's memory (GB10, GH200): a process's GPU memory is host memory
+    unified_memory: bool = False
+    #: where MemAvailable is read; another path only for a test double (a lab host's is the machine's)
+    meminfo: RemotePath = "/proc/meminfo"
+
+
 class GuardsLayer(_Strict):
     """A guard daemon on every GPU node in Slurm that drains its node (no new jobs; running ones
     finish or fail on their own) when a GPU soaks in heat or the kernel logs a hardware XID, or
-    NVML stops answering. It never resumes a node: an admin does, after looking."""
+    NVML stops answering, and (with `memory`) stops the largest GPU process before the host runs
+    out of memory. It never resumes a node: an admin does, after looking."""
 
     enabled: bool = False
     #: seconds between samples of the GPUs' temperatures and the kernel log
@@ -588,8 +611,8 @@ class GuardsLayer(_Strict):
     #: where the kernel's messages are read: `journal` (journalctl -k, this boot) on a real node;
     #: a file's absolute path only for a test double (the lab's nodes have no kernel log of their own)
     kernel_log: Union[Literal["journal"], RemotePath] = "journal"
-    #: the host memory guard (seed 004) is not built yet: a section for it is refused
-    memory: Optional[dict] = None
+    #: the host memory guard (seed 004); off without this section
+    memory: Optional[GuardMemory] = None
 
     @field_validator("drain_xids")
     @classmethod
@@ -598,14 +621,6 @@ class GuardsLayer(_Strict):
         if bad:
             raise ValueError(f"{bad} are not XIDs (1-999)")
         return sorted(set(v))
-
-    @field_validator("memory")
-    @classmethod
-    def _memory(cls, v: Optional[dict]) -> Optional[dict]:
-        if v is not None:
-            raise ValueError("the host memory guard (seed 004: MemAvailable, NVRM out-of-memory errors) is "
-                             "not built yet; remove guards.memory")
-        return v
 
 
 class AcceptanceLayer(_Strict):
@@ -784,6 +799,9 @@ def _guards_check(cfg: FleetConfig) -> list[str]:
     if not (cfg.slurm.enabled and cfg.gpu_runtime.enabled):
         problems.append(f"{where}.enabled: the guards drain nodes in Slurm and read the GPUs with the GPU "
                         "runtime layer's pynvml: enable slurm and gpu_runtime too")
+    if g.memory is not None and g.memory.act_mib >= g.memory.warn_mib:
+        problems.append(f"{where}.memory.act_mib: {g.memory.act_mib} MiB is not below warn_mib "
+                        f"({g.memory.warn_mib} MiB)")
     if g.thermal.soak_c >= g.thermal.hard_c:
         problems.append(f"{where}.thermal.soak_c: {g.thermal.soak_c} C is not below hard_c "
                         f"({g.thermal.hard_c} C)")

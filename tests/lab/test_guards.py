@@ -20,6 +20,9 @@ from .labhosts import command_log, ssh
 
 NODES = ["node1", "node2", "node3"]
 KMSG = "/var/lib/gpu-fleet-fake-nvml/kmsg"
+#: TEST DOUBLE of /proc/meminfo (a lab host's is the whole machine's): what the memory guard reads
+MEMINFO = "/var/lib/gpu-fleet-fake-nvml/meminfo"
+HEALTHY = "MemTotal: 134217728 kB\nMemAvailable: 67108864 kB\n"
 FAKE = "/etc/fake-nvml.json"
 XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python3, GPU has fallen off the bus."
 XID13 = "NVRM: Xid (PCI:0000:86:00): 13, pid=4243, Graphics SM Warp Exception on (GPC 0, TPC 1)"
@@ -75,9 +78,12 @@ def guarded(lab, tmp_path_factory):
     proj.env["GPU_FLEET_COMMAND_LOG"] = str(proj.log)
     proj.init_stack("lab")
     for n in NODES:
-        ssh(n, f": > {KMSG}; rm -f /var/log/gpu-fleet/guard.jsonl")
+        ssh(n, f": > {KMSG}; printf '{HEALTHY}' > {MEMINFO}; rm -f /var/log/gpu-fleet/guard.jsonl")
     for path, value in [("guards.enabled", "true"), ("guards.interval_s", "1"), ("guards.thermal.soak_s", "3"),
-                        ("guards.kernel_log", KMSG)]:
+                        ("guards.kernel_log", KMSG), ("guards.memory.meminfo", MEMINFO),
+                        ("guards.memory.sustain", "2"), ("guards.memory.grace_s", "2"),
+                        ("guards.memory.cooldown_s", "3"), ("guards.memory.unified_memory", "true"),
+                        ("guards.memory.protect[0]", "protected-")]:
         proj.run("config", "set", "--path", f"gpu-fleet:{path}", value, "--stack", "lab")
     try:
         up(proj)
@@ -86,10 +92,11 @@ def guarded(lab, tmp_path_factory):
         for n in NODES:
             for gpu in range(8):
                 set_temp(n, gpu, 40)
+            set_processes(n, [])
         proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
 
 
-def test_every_gpu_node_runs_its_guard_without_capabilities(guarded):
+def test_every_gpu_node_runs_its_guard_with_cap_kill_alone(guarded):
     out = json.loads(guarded.run("stack", "output", "guards", "--json", "--stack", "lab").stdout)
     assert out["nodes"] == NODES and out["drain_on"]["soak"] == "88 C for 3 s" and out["dry_run"] is False
     for n in NODES:
@@ -98,7 +105,8 @@ def test_every_gpu_node_runs_its_guard_without_capabilities(guarded):
         cmd = ssh(n, f"tr '\\0' ' ' < /proc/{pid}/cmdline").stdout
         assert "/opt/gpu-fleet/bin/gpu-fleet-guard --config /etc/gpu-fleet/guard.json" in cmd, (n, cmd)
         caps = dict(line.split(":\t") for line in ssh(n, f"grep ^Cap /proc/{pid}/status").stdout.splitlines())
-        assert caps["CapEff"] == caps["CapBnd"] == "0000000000000000", (n, caps)
+        # CAP_KILL alone (the memory guard stops other users' processes), nothing else
+        assert caps["CapEff"] == caps["CapBnd"] == "0000000000000020", (n, caps)
         status = json.loads(ssh(n, "cat /run/gpu-fleet-guard/status.json").stdout)
         assert status["pid"] == int(pid) and len(status["gpus"]) == 8 and status["nvml_error"] is None, status
         assert status["tripped"] == [] and status["kernel_log_alive"], status
@@ -143,6 +151,51 @@ def test_a_hardware_xid_drains_and_an_application_xid_does_not(guarded):
     state, reason = wait_state("node3", lambda s: "DRAIN" in s[0])
     resume("node3")
     assert "DRAIN" in state and reason == "gpu-fleet guard: XID 79 on PCI:0000:3b:00", (state, reason)
+
+
+def set_processes(node: str, procs: list[dict]) -> None:
+    ssh(node, f"""python3 - <<'EOF'
+import json, os
+p = "{FAKE}"
+d = json.load(open(p))
+d["devices"][0]["processes"] = {json.dumps(procs)}
+open(p + ".t", "w").write(json.dumps(d))
+os.replace(p + ".t", p)
+EOF""")
+
+
+def start_job(node: str, name: str, ignore_term: bool) -> tuple[int, str]:
+    """A job's process as the canary user (another uid than the guard's), named `name`."""
+    body = 'trap "" TERM; ' if ignore_term else ""
+    script = f"/var/tmp/{name}"
+    ssh(node, f"printf '#!/bin/sh\\n{body}while :; do sleep 1; done\\n' > {script}; chmod 755 {script}")
+    ssh(node, f"setsid runuser -u fleetcanary -- {script} >/dev/null 2>&1 < /dev/null &")
+    time.sleep(0.5)
+    # the script's own pid (runuser waits for it in a process of its own)
+    real = ssh(node, f"pgrep -u fleetcanary -f '^/bin/sh {script}$'").stdout.split()
+    assert len(real) == 1, real
+    return int(real[0]), script
+
+
+def test_memory_running_out_stops_the_largest_unprotected_gpu_process(guarded):
+    hog, hog_script = start_job("node2", "hog-job", ignore_term=True)
+    keep, keep_script = start_job("node2", "protected-job", ignore_term=False)
+    try:
+        set_processes("node2", [{"pid": hog, "used_memory": 8 << 30}, {"pid": keep, "used_memory": 16 << 30}])
+        ssh("node2", f"printf 'MemAvailable: 1048576 kB\\n' > {MEMINFO}")  # 1 GiB left
+        end = time.monotonic() + 20
+        while time.monotonic() < end and ssh("node2", f"kill -0 {hog}", check=False).returncode == 0:
+            time.sleep(0.5)
+        assert ssh("node2", f"kill -0 {hog}", check=False).returncode != 0, "the hog still runs"
+        assert ssh("node2", f"kill -0 {keep}", check=False).returncode == 0, "the protected job was stopped"
+        ev = [e for e in events("node2") if e["event"].startswith("memory_")]
+        assert [e["event"] for e in ev][:2] == ["memory_stop", "memory_kill"], ev  # TERM ignored, then KILL
+        assert ev[0]["pid"] == hog and ev[0]["name"] == "hog-job" and ev[0]["footprint_mib"] >= 8192, ev[0]
+        assert "DRAIN" not in node_state("node2")[0]  # memory stops a process; it does not drain
+    finally:
+        ssh("node2", f"printf '{HEALTHY}' > {MEMINFO}")
+        set_processes("node2", [])
+        ssh("node2", f"kill -9 {hog} {keep}; rm -f {hog_script} {keep_script}", check=False)
 
 
 def test_a_dead_kernel_log_reader_is_started_again(guarded):

@@ -120,13 +120,15 @@ def test_nvml_silent_drains_fail_closed():
 
 
 def test_a_failed_drain_is_tried_again_at_the_next_sample():
-    g, drained, events = make(fail=2)
+    g, drained, events = make(fail=3)
     g.sample(0.0, {0: 99}, None, [])
     g.sample(1.0, {0: 40}, None, [])
-    assert drained == [] and g.pending
     g.sample(2.0, {0: 40}, None, [])
+    assert drained == [] and g.pending
+    g.sample(3.0, {0: 40}, None, [])
     assert len(drained) == 1 and not g.pending
-    assert [e["event"] for e in events] == ["trip", "drain_failed", "drain_failed", "drained"]
+    # the same failure three times is one event, not one a sample
+    assert [e["event"] for e in events] == ["trip", "drain_failed", "drained"]
     assert "Unable to contact" in events[1]["output"]
 
 
@@ -136,6 +138,108 @@ def test_dry_run_records_and_drains_nothing():
     g.sample(1.0, {0: 99}, None, [XID79])
     assert drained == []
     assert [e["event"] for e in events] == ["would_drain", "would_drain"]
+
+
+# ---- host memory ------------------------------------------------------------------------------------
+
+MEM = {"act_mib": 3072, "warn_mib": 6144, "sustain": 3, "nvrm_errors": 5, "protect": ["VLLM::"],
+       "grace_s": 20, "cooldown_s": 60, "unified_memory": True}
+
+
+def proc(pid, name, rss, gpu):
+    return guard.Proc(pid, f"start-{pid}", name, rss, gpu)
+
+
+def memory_guard(dry=False, gone=()):
+    sent, events = [], []
+
+    def signal_(p, sig):
+        if p.pid in gone:
+            return False
+        sent.append((p.pid, sig))
+        return True
+
+    return guard.MemoryGuard(dict(MEM), dry, events.append, signal_), sent, events
+
+
+PROCS = [proc(10, "VLLM::Worker_TP0", 2000, 100000), proc(11, "python3", 3000, 40000), proc(12, "train", 9000, 0)]
+
+
+def test_memory_low_for_sustain_samples_stops_the_largest_unprotected_then_kills_after_grace():
+    m, sent, events = memory_guard()
+    m.sample(0.0, 2000.0, 0, lambda: PROCS)
+    m.sample(1.0, 2000.0, 0, lambda: PROCS)
+    assert sent == []  # 2 samples: the sustain is 3
+    m.sample(2.0, 0.0, 0, lambda: PROCS)  # 0.0 MiB is a reading (seed 004), not "no reading"
+    assert sent == [(11, guard.signal.SIGTERM)]  # unified: python3 43000 MiB > train 9000; VLLM:: protected
+    stop = events[-1]
+    assert stop["event"] == "memory_stop" and stop["name"] == "python3" and stop["footprint_mib"] == 43000
+    assert [p["pid"] for p in stop["processes"]] == [10, 11, 12]  # the table before acting, largest first
+    m.sample(10.0, 0.0, 0, lambda: PROCS)
+    assert len(sent) == 1  # neither a second stop during the grace nor during the cooldown
+    m.sample(22.0, 0.0, 0, lambda: PROCS)
+    assert sent[-1] == (11, guard.signal.SIGKILL) and events[-1]["event"] == "memory_kill"
+
+
+def test_a_process_that_left_in_the_grace_is_not_killed():
+    m, sent, events = memory_guard(gone=(11,))
+    m.stopping = (PROCS[1], 5.0)
+    m.sample(6.0, 9000.0, 0, lambda: PROCS)
+    assert sent == [] and events[-1] == {"event": "memory_stopped", "pid": 11, "name": "python3", "signal": None}
+
+
+def test_without_unified_memory_the_host_footprint_is_rss_only():
+    m, sent, _ = memory_guard()
+    m.m["unified_memory"] = False
+    for t in range(3):
+        m.sample(float(t), 100.0, 0, lambda: PROCS)
+    assert sent == [(12, guard.signal.SIGTERM)]
+
+
+def test_nvrm_errors_act_below_the_warn_line_only():
+    m, sent, _ = memory_guard()
+    m.sample(0.0, 7000.0, 5, lambda: PROCS)  # above warn: errors alone do nothing
+    assert sent == []
+    m.sample(61.5, 5000.0, 5, lambda: PROCS)  # the first five are older than 60 s
+    assert sent == [(11, guard.signal.SIGTERM)]
+
+
+def test_only_protected_processes_is_no_target_and_dry_run_stops_nothing():
+    m, sent, events = memory_guard()
+    for t in range(3):
+        m.sample(float(t), 100.0, 0, lambda: PROCS[:1])
+    assert sent == [] and events[-1]["event"] == "memory_no_target"
+    m, sent, events = memory_guard(dry=True)
+    for t in range(3):
+        m.sample(float(t), 100.0, 0, lambda: PROCS)
+    assert sent == [] and events[-1]["event"] == "memory_would_stop" and events[-1]["pid"] == 11
+
+
+def test_unreadable_meminfo_acts_on_nothing():
+    m, sent, _ = memory_guard()
+    for t in range(5):
+        m.sample(float(t), None, 9, lambda: PROCS)
+    assert sent == [] and m.below == 0
+
+
+def test_signal_exactly_refuses_a_reused_pid():
+    p = subprocess.Popen(["sleep", "30"])
+    try:
+        me = guard.describe(p.pid, 0.0)
+        assert me is not None and me.name == "sleep"
+        assert not guard.signal_exactly(guard.Proc(p.pid, "1", "sleep", 0, 0), signal.SIGTERM)
+        assert p.poll() is None
+        assert guard.signal_exactly(me, signal.SIGTERM)
+        assert p.wait(5) == -signal.SIGTERM
+    finally:
+        p.kill()
+
+
+def test_mem_available_reads_meminfo(tmp_path):
+    f = tmp_path / "meminfo"
+    f.write_text("MemTotal:       131072000 kB\nMemFree:  1 kB\nMemAvailable:    3145728 kB\n")
+    assert guard.mem_available_mib(str(f)) == 3072.0
+    assert guard.mem_available_mib(str(tmp_path / "none")) is None
 
 
 # ---- the kernel-log reader -----------------------------------------------------------------------
@@ -222,6 +326,51 @@ def test_the_daemon_drains_through_scontrol_and_logs_every_event(tmp_path, fake_
     assert [e["event"] for e in events] == ["start", "xid", "trip", "drained", "trip", "drained", "stop"]
 
 
+def start_guard(tmp_path, fake_nvml_lib, node, **cfg_over):
+    nv = tmp_path / "fake-nvml.json"
+    nv.write_text(json.dumps(node))
+    kmsg = tmp_path / "kmsg"
+    kmsg.touch()
+    cfg = {**CFG, "interval_s": 0.2, "kernel_log": str(kmsg), "event_log": str(tmp_path / "log" / "guard.jsonl"),
+           "status_file": str(tmp_path / "status.json"), "scontrol": "false", **cfg_over}
+    conf = tmp_path / "guard.json"
+    conf.write_text(json.dumps(cfg))
+    pynvml_dir = Path(importlib.util.find_spec("pynvml").origin).parent
+    env = {**os.environ, "LD_LIBRARY_PATH": str(fake_nvml_lib), "FAKE_NVML_CONFIG": str(nv),
+           "PYTHONPATH": str(pynvml_dir)}
+    return subprocess.Popen([sys.executable, str(GUARD_PY), "--config", str(conf)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def test_the_daemon_stops_the_gpu_process_nvml_names_when_memory_runs_out(tmp_path, fake_nvml_lib):
+    # TEST DOUBLES: the GPU (fake NVML lists the two processes below as on GPU 0) and MemAvailable
+    # (a meminfo file); the processes, their signals and /proc are real
+    stubborn = subprocess.Popen([sys.executable, "-c", "import signal, time; "
+                                 "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"])
+    kept = subprocess.Popen(["sleep", "60"])
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemAvailable:    1024 kB\n")
+    node = harness.node_config("gpu01", gpus=1)
+    node["devices"][0]["processes"] = [{"pid": stubborn.pid, "used_memory": 2**33},
+                                       {"pid": kept.pid, "used_memory": 2**34}]
+    mem = {**MEM, "protect": ["sleep"], "sustain": 2, "grace_s": 1, "meminfo": str(meminfo)}
+    g = start_guard(tmp_path, fake_nvml_lib, node, memory=mem)
+    try:
+        assert stubborn.wait(15) == -signal.SIGKILL  # TERM ignored: KILL after the grace
+        assert kept.poll() is None  # protected by name, though the larger
+    finally:
+        g.send_signal(signal.SIGTERM)
+        g.wait(10)
+        stubborn.kill()
+        kept.kill()
+    events = [json.loads(x) for x in (tmp_path / "log" / "guard.jsonl").read_text().splitlines()]
+    names = [e["event"] for e in events]
+    assert names[:3] == ["start", "memory_stop", "memory_kill"] and names[-1] == "stop", names
+    stop = events[1]
+    assert stop["pid"] == stubborn.pid and stop["name"].startswith("python") and stop["signal"] == "TERM"
+    assert stop["reason"].startswith("MemAvailable 1 MiB below act_mib 3072 MiB for 2 samples")
+
+
 def test_check_proves_the_status_against_the_unit_and_the_config():
     cfg = {"interval_s": 5, "status_file": "/run/x"}
     text = "{}"
@@ -247,12 +396,22 @@ def test_golden_config_and_unit():
     node = next(n for n in cfg.slurm_nodes() if n.gpus)
     check_golden("guards.guard.json", render.render_config(cfg, node.name))
     check_golden("guards.gpu-fleet-guard.service", render.render_unit(cfg))
+    assert "CapabilityBoundingSet=\n" in render.render_unit(cfg)  # no capability at all
+
+
+def test_golden_with_the_memory_guard_which_alone_may_signal_other_users():
+    cfg = parse_fleet_config(guarded(memory={"protect": ["vllm"], "unified_memory": True}), "canary")
+    node = next(n for n in cfg.slurm_nodes() if n.gpus)
+    check_golden("guards.memory.guard.json", render.render_config(cfg, node.name))
+    assert "CapabilityBoundingSet=CAP_KILL\n" in render.render_unit(cfg)
 
 
 @pytest.mark.parametrize("guards, field, words", [
     ({"thermal": {"soak_c": 96, "hard_c": 96}}, "guards.thermal.soak_c", "not below hard_c"),
     ({"drain_xids": [79, 0]}, "guards.drain_xids", "not XIDs"),
-    ({"memory": {"act_gib": 3}}, "guards.memory", "not built yet"),
+    ({"memory": {"act_gib": 3}}, "guards.memory.act_gib", "unknown field"),
+    ({"memory": {"act_mib": 6144}}, "guards.memory.act_mib", "not below warn_mib"),
+    ({"memory": {"meminfo": "proc/meminfo"}}, "guards.memory.meminfo", "absolute path"),
     ({"kernel_log": "dmesg"}, "guards.kernel_log", "absolute path"),
     ({"interval_s": 0}, "guards.interval_s", "greater than or equal to 1"),
 ])

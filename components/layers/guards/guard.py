@@ -13,8 +13,15 @@ arrived, and drains the node (`scontrol update NodeName=... State=DRAIN Reason=.
   boot: a node whose GPU fell off the bus stays drained until it is rebooted and resumed;
 - NVML stops answering: the guard cannot see the GPUs, so the node takes no new job.
 
-Draining stops new jobs only; the guard never kills a job and never resumes a node (an admin
-does, after looking). With `dry_run` it records what it would do and drains nothing.
+Draining stops new jobs only; the guard never resumes a node (an admin does, after looking).
+With `memory` it also keeps the host alive (seed 004: a unified-memory host ran out without the
+OOM killer ever acting, and went silent 43 minutes after the first NVRM out-of-memory line):
+MemAvailable below `act_mib` for `sustain` samples in a row, or below `warn_mib` with
+`nvrm_errors` NV_ERR_NO_MEMORY lines in 60 s, stops the GPU process (NVML's list) with the
+largest host footprint whose name no `protect` prefix matches: SIGTERM, SIGKILL after
+`grace_s` if the same process (pid and start time) still runs, then `cooldown_s` before the
+next. It signals only the exact pid it chose, never by name (seed 004: `pkill -f` matched the
+guard's own session). With `dry_run` it records what it would do and drains or stops nothing.
 Every event is a JSON line in `event_log`, fsynced (seed 004: a machine that loses power keeps
 only what reached the disk). `status_file` says what it sees now (atomically replaced each
 sample): what the guards layer reads to prove the guard runs with the config it was given.
@@ -149,7 +156,10 @@ class Guard:
     #: condition (a GPU's heat, an XID on a device, NVML): key -> the reason as first written
     tripped: dict[str, str] = field(default_factory=dict)
     pending: dict[str, str] = field(default_factory=dict)
+    #: key -> the last failed drain's output
+    failed: dict[str, str] = field(default_factory=dict)
     xids_seen: int = 0
+    oom_lines: int = 0
 
     def trip(self, key: str, reason: str, **detail) -> None:
         if key in self.tripped or key in self.pending:
@@ -176,6 +186,7 @@ class Guard:
                 self.trip(f"heat:{i}", f"GPU {i} heat: {why}", gpu=i, temp_c=temp, above_s=round(soak.above_s, 1))
             elif temp < t["soak_c"]:
                 self.rearm(f"heat:{i}")
+        self.oom_lines = sum(NVRM_OOM in line for line in lines)
         for line in lines:
             x = parse_xid(line)
             if x is None:
@@ -194,9 +205,92 @@ class Guard:
         tried again at the next sample."""
         for key, reason in list(self.pending.items()):
             ok, out = self.drain(reason)
-            self.record({"event": "drained" if ok else "drain_failed", "reason": reason, "output": out[-400:]})
+            if ok or self.failed.get(key) != out:  # a failure repeating itself is recorded once
+                self.record({"event": "drained" if ok else "drain_failed", "reason": reason, "output": out[-400:]})
             if ok:
+                self.failed.pop(key, None)
                 self.tripped[key] = self.pending.pop(key)
+            else:
+                self.failed[key] = out
+
+
+NVRM_OOM = "NV_ERR_NO_MEMORY"
+
+
+@dataclass(frozen=True)
+class Proc:
+    """A GPU process as the guard chose it: (pid, start time) names it; a pid alone may be reused."""
+
+    pid: int
+    start: str
+    name: str
+    rss_mib: float
+    gpu_mib: float
+
+    def footprint(self, unified: bool) -> float:
+        return self.rss_mib + (self.gpu_mib if unified else 0.0)
+
+
+@dataclass
+class MemoryGuard:
+    m: dict
+    dry_run: bool
+    record: Callable[[dict], None]
+    #: sends a signal to exactly that process (pid and start time); False: it is gone
+    signal_: Callable[[Proc, int], bool]
+    below: int = 0
+    nvrm: list = field(default_factory=list)
+    cooldown_until: float = 0.0
+    stopping: Optional[tuple[Proc, float]] = None
+    avail_mib: Optional[float] = None
+
+    def sample(self, now: float, avail_mib: Optional[float], oom_lines: int,
+               candidates: Callable[[], list[Proc]]) -> None:
+        m = self.m
+        if self.stopping is not None:
+            proc, deadline = self.stopping
+            if now >= deadline:
+                killed = self.signal_(proc, signal.SIGKILL)
+                self.record({"event": "memory_kill" if killed else "memory_stopped", "pid": proc.pid,
+                             "name": proc.name, "signal": "KILL" if killed else None})
+                self.stopping = None
+        self.nvrm = [t for t in self.nvrm if now - t <= 60] + [now] * oom_lines
+        self.avail_mib = avail_mib
+        if avail_mib is None:  # unreadable: nothing to judge by, and no reason to stop anything
+            self.below = 0
+            return
+        # 0.0 MiB is a reading, the worst one (seed 004: never test it for truth)
+        self.below = self.below + 1 if avail_mib < m["act_mib"] else 0
+        if self.below >= m["sustain"]:
+            why = (f"MemAvailable {avail_mib:.0f} MiB below act_mib {m['act_mib']} MiB for "
+                   f"{self.below} samples")
+        elif len(self.nvrm) >= m["nvrm_errors"] and avail_mib < m["warn_mib"]:
+            why = (f"{len(self.nvrm)} NVRM out-of-memory errors in 60 s with MemAvailable "
+                   f"{avail_mib:.0f} MiB below warn_mib {m['warn_mib']} MiB")
+        else:
+            return
+        if now < self.cooldown_until or self.stopping is not None:
+            return
+        self.below = 0
+        self.cooldown_until = now + m["cooldown_s"]
+        procs = candidates()
+        unified = m["unified_memory"]
+        table = [{"pid": p.pid, "name": p.name, "rss_mib": round(p.rss_mib), "gpu_mib": round(p.gpu_mib)}
+                 for p in sorted(procs, key=lambda p: -p.footprint(unified))]
+        targets = [p for p in procs if not any(p.name.startswith(x) for x in m["protect"])]
+        if not targets:
+            self.record({"event": "memory_no_target", "reason": why, "processes": table})
+            return
+        t = max(targets, key=lambda p: p.footprint(unified))
+        detail = {"reason": why, "pid": t.pid, "name": t.name, "footprint_mib": round(t.footprint(unified)),
+                  "processes": table}
+        if self.dry_run:
+            self.record({"event": "memory_would_stop", **detail})
+            return
+        sent = self.signal_(t, signal.SIGTERM)
+        self.record({"event": "memory_stop" if sent else "memory_gone", "signal": "TERM", **detail})
+        if sent:
+            self.stopping = (t, now + m["grace_s"])
 
 
 # ---- the node's side -------------------------------------------------------------------------
@@ -226,6 +320,68 @@ class Nvml:
                     pass
             self.ok = False
             return None, str(e)
+
+
+    def processes(self) -> dict[int, float]:
+        """pid -> GPU memory (MiB) summed over the GPUs, of every compute process NVML lists."""
+        nv, out = self.nv, {}
+        try:
+            for i in range(nv.nvmlDeviceGetCount()):
+                for p in nv.nvmlDeviceGetComputeRunningProcesses(nv.nvmlDeviceGetHandleByIndex(i)):
+                    out[p.pid] = out.get(p.pid, 0.0) + (p.usedGpuMemory or 0) / 2**20
+        except nv.NVMLError:
+            return {}
+        return out
+
+
+def start_time(pid: int) -> Optional[str]:
+    """The process's start time (field 22 of /proc/<pid>/stat, after its name in parentheses)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def describe(pid: int, gpu_mib: float) -> Optional[Proc]:
+    start = start_time(pid)
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            name = f.read().strip()
+        with open(f"/proc/{pid}/status") as f:
+            rss = next((int(x.split()[1]) for x in f if x.startswith("VmRSS:")), 0)
+    except (OSError, ValueError):
+        return None
+    return None if start is None else Proc(pid, start, name, rss / 1024, gpu_mib)
+
+
+def gpu_processes(nvml: "Nvml") -> list[Proc]:
+    me = os.getpid()
+    return [p for p in (describe(pid, mib) for pid, mib in sorted(nvml.processes().items())
+                        if pid > 1 and pid != me) if p is not None]
+
+
+def signal_exactly(proc: Proc, sig: int) -> bool:
+    """Signal the process only if it is still the one chosen (pid and start time): never a pid
+    reused by another since."""
+    if start_time(proc.pid) != proc.start:
+        return False
+    try:
+        os.kill(proc.pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def mem_available_mib(path: str) -> Optional[float]:
+    try:
+        with open(path) as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def scontrol_drain(node: str, scontrol: str) -> Callable[[str], tuple[bool, str]]:
@@ -313,6 +469,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     cfg = json.loads(text)
     record = EventLog(cfg["event_log"])
     guard = Guard(cfg, scontrol_drain(cfg["node"], cfg.get("scontrol", "scontrol")), record)
+    memory = MemoryGuard(cfg["memory"], cfg["dry_run"], record, signal_exactly) if cfg.get("memory") else None
     reader = LineReader(kernel_log_argv(cfg["kernel_log"]))
     nvml = Nvml()
 
@@ -322,7 +479,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     record({"event": "start", "config_sha256": config_sha(text), "dry_run": cfg["dry_run"]})
     try:
-        loop(cfg, text, guard, reader, nvml, record)
+        loop(cfg, text, guard, memory, reader, nvml, record)
     except Stopped:
         pass
     reader.stop()
@@ -334,7 +491,8 @@ class Stopped(Exception):
     """SIGTERM (systemctl stop): the loop ends between or during samples."""
 
 
-def loop(cfg: dict, text: str, guard: Guard, reader: LineReader, nvml: Nvml, record) -> None:
+def loop(cfg: dict, text: str, guard: Guard, memory: Optional[MemoryGuard], reader: LineReader, nvml: Nvml,
+         record) -> None:
     while True:
         now = time.monotonic()
         temps, err = nvml.temperatures()
@@ -342,6 +500,9 @@ def loop(cfg: dict, text: str, guard: Guard, reader: LineReader, nvml: Nvml, rec
         if restarted:
             record({"event": "kernel_log_restarted", "restarts": reader.restarts})
         guard.sample(now, temps, err, lines)
+        if memory is not None:
+            memory.sample(now, mem_available_mib(cfg["memory"]["meminfo"]), guard.oom_lines,
+                          lambda: gpu_processes(nvml))
         write_status(cfg["status_file"], {
             "pid": os.getpid(), "node": cfg["node"], "config_sha256": config_sha(text), "time": time.time(),
             "gpus": {str(i): {"temp_c": c, "above_soak_s": round(guard.soaks[i].above_s, 1)}
@@ -349,7 +510,11 @@ def loop(cfg: dict, text: str, guard: Guard, reader: LineReader, nvml: Nvml, rec
             "nvml_error": err, "kernel_log_alive": reader.alive(), "kernel_log_restarts": reader.restarts,
             "xids_seen": guard.xids_seen, "tripped": list(guard.tripped.values()),
             "pending": list(guard.pending.values()),
-            "dry_run": cfg["dry_run"]})
+            "dry_run": cfg["dry_run"],
+            "memory": None if memory is None else {
+                "avail_mib": None if memory.avail_mib is None else round(memory.avail_mib),
+                "below_samples": memory.below, "nvrm_60s": len(memory.nvrm),
+                "stopping": None if memory.stopping is None else memory.stopping[0].pid}})
         time.sleep(max(0.0, cfg["interval_s"] - (time.monotonic() - now)))
 
 

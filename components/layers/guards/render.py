@@ -22,14 +22,17 @@ def render_config(cfg: FleetConfig, node: str) -> str:
     doc = {"node": node, "interval_s": g.interval_s, "dry_run": g.dry_run,
            "thermal": {"soak_c": g.thermal.soak_c, "soak_s": g.thermal.soak_s, "hard_c": g.thermal.hard_c},
            "drain_xids": list(g.drain_xids), "kernel_log": g.kernel_log,
-           "event_log": EVENT_LOG, "status_file": STATUS, "scontrol": "scontrol"}
+           "event_log": EVENT_LOG, "status_file": STATUS, "scontrol": "scontrol",
+           "memory": None if g.memory is None else g.memory.model_dump()}
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
 
 def render_unit(cfg: FleetConfig) -> str:
-    """Root (Slurm takes `scontrol update` only from root or SlurmUser) without capabilities: it
-    reads NVML's device files (so no PrivateDevices), the journal, its config; it writes only its
+    """Root (Slurm takes `scontrol update` only from root or SlurmUser) without capabilities but
+    CAP_KILL when the memory guard is on (it stops a job's process, another user's): it reads
+    NVML's device files (so no PrivateDevices), the journal, /proc, its config; it writes only its
     status and its event log."""
+    caps = "CAP_KILL" if cfg.guards.memory is not None else ""
     return (
         "[Unit]\nDescription=gpu-fleet guard: drains this node on GPU heat soak or a hardware XID\n"
         "After=network-online.target slurmd.service\n\n"
@@ -38,6 +41,6 @@ def render_unit(cfg: FleetConfig) -> str:
         f"ExecStart=/usr/bin/python3 {GUARD} --config {CONFIG}\n"
         "Restart=always\nRestartSec=5\n"
         "RuntimeDirectory=gpu-fleet-guard\nLogsDirectory=gpu-fleet\n"
-        "CapabilityBoundingSet=\nNoNewPrivileges=yes\nProtectSystem=strict\nProtectHome=yes\n"
+        f"CapabilityBoundingSet={caps}\nNoNewPrivileges=yes\nProtectSystem=strict\nProtectHome=yes\n"
         "PrivateTmp=yes\nProtectKernelTunables=yes\nProtectControlGroups=yes\nRestrictSUIDSGID=yes\n\n"
         "[Install]\nWantedBy=multi-user.target\n")

@@ -30,7 +30,10 @@
  *         "stderr_message": "text",            optional: written to fd 2 when the handle is taken
  *         "temperature": 40,                   nvmlDeviceGetTemperature (C), read from the file
  *                                              at every call: a live sensor the tests heat
- *         "temperature_error": 15              optional: nvmlDeviceGetTemperature returns this
+ *         "temperature_error": 15,             optional: nvmlDeviceGetTemperature returns this
+ *         "processes": [ {"pid": 4242, "used_memory": 8589934592} ]
+ *                                              nvmlDeviceGetComputeRunningProcesses_v3, read
+ *                                              from the file at every call too
  *     } ]
  *   }
  *
@@ -69,6 +72,12 @@ enum { NVML_VOLATILE_ECC = 0, NVML_AGGREGATE_ECC = 1 };
 typedef struct {
     unsigned long long total, free, used;
 } nvmlMemory_t;
+
+typedef struct {  /* nvmlProcessInfo_v2_t / _v3_t (the same layout) */
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t;
 
 #include "fake_json.h"
 
@@ -361,6 +370,42 @@ EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *
     return NVML_SUCCESS;
 }
 
+/* The device's entry of the configuration as it is now in the file (the caller jfree()s `*root`). */
+static const jval *live_device(nvmlDevice_t device, jval **root) {
+    const char *path = getenv("FAKE_NVML_CONFIG");
+    if (!path || !*path) path = "/etc/fake-nvml.json";
+    char err[256];
+    *root = jload_object(path, err, sizeof err);
+    if (!*root) return NULL;
+    const jval *devs = jget(*root, "devices");
+    return (devs && devs->t == J_ARR && device->index < (unsigned)devs->n) ? devs->items[device->index] : NULL;
+}
+
+/* What runs on the GPU now: read from the file at every call (the tests start and end jobs). */
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+                                                             nvmlProcessInfo_t *infos) {
+    if (!initialized()) return NVML_ERROR_UNINITIALIZED;
+    if (!valid(device) || !infoCount) return NVML_ERROR_INVALID_ARGUMENT;
+    jval *root;
+    const jval *d = live_device(device, &root);
+    if (!root) return NVML_ERROR_UNKNOWN;
+    const jval *procs = d ? jget(d, "processes") : NULL;
+    unsigned n = (procs && procs->t == J_ARR) ? (unsigned)procs->n : 0;
+    nvmlReturn_t rc = NVML_SUCCESS;
+    if (n > *infoCount || (n && !infos)) {
+        rc = NVML_ERROR_INSUFFICIENT_SIZE;
+    } else {
+        for (unsigned i = 0; i < n; i++) {
+            infos[i].pid = (unsigned)num_or(jget(procs->items[i], "pid"), 0);
+            infos[i].usedGpuMemory = (unsigned long long)num_or(jget(procs->items[i], "used_memory"), 0);
+            infos[i].gpuInstanceId = infos[i].computeInstanceId = 0xFFFFFFFFu;
+        }
+    }
+    *infoCount = n;
+    jfree(root);
+    return rc;
+}
+
 /* A sensor, not a fact fixed at nvmlInit: the value is read from the file at every call, so a
  * test heats a GPU by rewriting the node's configuration while a long-running reader (the
  * guard) keeps NVML initialised. */
@@ -368,13 +413,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, int sensorType
     (void)sensorType;
     if (!initialized()) return NVML_ERROR_UNINITIALIZED;
     if (!valid(device) || !temp) return NVML_ERROR_INVALID_ARGUMENT;
-    const char *path = getenv("FAKE_NVML_CONFIG");
-    if (!path || !*path) path = "/etc/fake-nvml.json";
-    char err[256];
-    jval *root = jload_object(path, err, sizeof err);
+    jval *root;
+    const jval *d = live_device(device, &root);
     if (!root) return NVML_ERROR_UNKNOWN;
-    const jval *devs = jget(root, "devices");
-    const jval *d = (devs && devs->t == J_ARR && device->index < (unsigned)devs->n) ? devs->items[device->index] : NULL;
     nvmlReturn_t rc = (nvmlReturn_t)num_or(d ? jget(d, "temperature_error") : NULL, 0);
     if (rc == NVML_SUCCESS) *temp = (unsigned int)num_or(d ? jget(d, "temperature") : NULL, 40);
     jfree(root);
