@@ -12,7 +12,7 @@ from pulumi_policy import (
 )
 
 from .common import each_member
-from . import exposure, hosts, identities, k3s, model, packages, relax, secrets, slurm, storage, web
+from . import exposure, guards, hosts, identities, k3s, model, packages, relax, secrets, slurm, storage, web
 
 PACK_NAME = "gpu-fleet"
 
@@ -140,6 +140,10 @@ _SPECS = [
      "empty, and an image pulled the digest it pins: checked on the state's outputs after a create or "
      "refresh, before `pulumi up` changes anything.",
      web.validate_readback, Severity.HIGH),
+    ("guards-least-privilege", "resource",
+     "The node guard runs as root bounded by its unit: no capability but CAP_KILL (memory guard), "
+     "NoNewPrivileges=yes, ProtectSystem=strict.",
+     guards.validate_least_privilege, Severity.HIGH),
     (relax.REASONS_POLICY, "stack",
      "Each policy this stack relaxes has a written reason in the policy pack config.",
      relax.validate_reasons, Severity.HIGH),

@@ -113,12 +113,25 @@ def test_every_gpu_node_runs_its_guard_with_cap_kill_alone(guarded):
         assert node_state(n)[0] in ("IDLE", "ALLOCATED", "MIXED"), (n, node_state(n))
 
 
-def test_a_second_up_changes_nothing_and_sends_only_probes(guarded):
-    guarded.log.unlink(missing_ok=True)
-    p = guarded.run("up", "--yes", "--stack", "lab", "--skip-preview", "--expect-no-changes", check=False,
-                    timeout=900)
-    assert p.returncode == 0, p.stdout[-3000:]
-    assert [c for c in command_log(guarded.log) if c["mutating"]] == []
+def guard_commands(log: list[dict], node: str) -> list[dict]:
+    return [c for c in log if c["host"] == node
+            and (any("guard" in f for f in c["for"]) or "gpu-fleet-guard" in c["cmd"])]
+
+
+def test_a_second_up_changes_nothing_and_a_refresh_sends_only_probes(guarded):
+    for args in ([], ["--refresh"]):
+        guarded.log.unlink(missing_ok=True)
+        p = guarded.run("up", "--yes", "--stack", "lab", "--skip-preview", "--expect-no-changes", *args,
+                        check=False, timeout=900)
+        assert p.returncode == 0, p.stdout[-3000:]
+        log = command_log(guarded.log)
+        assert [c for c in log if c["mutating"]] == []
+        for n in NODES:
+            mine = guard_commands(log, n)
+            if not args:  # nothing changed: the guards layer does not even read the nodes
+                assert mine == [], (n, mine)
+            else:  # issue 16: at most 5 SSH commands per host and layer in a no-op refresh
+                assert 1 <= len(mine) <= 5, (n, [(c["for"], c["cmd"][:80]) for c in mine])
 
 
 def test_a_gpu_soaking_in_heat_drains_its_node_after_the_budget(guarded):
@@ -143,11 +156,11 @@ def test_a_gpu_soaking_in_heat_drains_its_node_after_the_budget(guarded):
 
 
 def test_a_hardware_xid_drains_and_an_application_xid_does_not(guarded):
-    ssh("node3", f"echo '{XID13}' >> {KMSG}")
+    ssh("node3", f"echo \"$(date +%s.%6N) node3 kernel: {XID13}\" >> {KMSG}")  # journalctl's short-unix
     time.sleep(4)
     assert "DRAIN" not in node_state("node3")[0]
     assert any(e["event"] == "xid" and e["xid"] == 13 for e in events("node3"))
-    ssh("node3", f"echo '{XID79}' >> {KMSG}")
+    ssh("node3", f"echo \"$(date +%s.%6N) node3 kernel: {XID79}\" >> {KMSG}")
     state, reason = wait_state("node3", lambda s: "DRAIN" in s[0])
     resume("node3")
     assert "DRAIN" in state and reason == "gpu-fleet guard: XID 79 on PCI:0000:3b:00", (state, reason)

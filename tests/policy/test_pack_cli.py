@@ -202,6 +202,24 @@ BAD = {
 }
 
 
+def test_the_guards_layer_previews_clean_under_the_pack(repo):
+    """The real guards units (memory guard on: CAP_KILL) on the full stack's GPU nodes pass the
+    least-privilege policy through the real CLI."""
+    proj, stack = repo.project, "full"
+    if stack not in repo.stacks:
+        proj.init_stack(stack)
+        repo.stacks.add(stack)
+    for path, value in [("guards.enabled", "true"), ("guards.memory.unified_memory", "false")]:
+        proj.run("config", "set", "--path", f"gpu-fleet:{path}", value, "--stack", stack)
+    try:
+        rc, out = repo.preview(stack)
+    finally:
+        proj.run("config", "rm", "gpu-fleet:guards", "--stack", stack, check=False)
+    assert rc == 0, out
+    assert "[mandatory]" not in out, out
+    assert "gpu-fleet:guards:Guards" in out or "guard-unit" in out, out
+
+
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_bad_fixture_fails_with_the_policy_message(fixtures, case):
     policy, message = BAD[case]

@@ -99,6 +99,11 @@ XID79 = "[ 4242.1] NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python, GPU ha
 XID13 = "NVRM: Xid (PCI:0000:86:00): 13, pid=99, Graphics SM Warp Exception on (GPC 0, TPC 1)"
 
 
+def test_logged_at_reads_the_short_unix_stamp():
+    assert guard.logged_at("1733212345.123456 node07 kernel: NVRM: Xid (PCI:0000:3b:00): 79") == 1733212345.123456
+    assert guard.logged_at("NVRM: Xid (PCI:0000:3b:00): 79") is None
+
+
 def test_parse_xid():
     assert guard.parse_xid(XID79) == (79, "PCI:0000:3b:00", "pid=1234, name=python, GPU has fallen off the bus.")
     assert guard.parse_xid("NVRM: loading NVIDIA UNIX x86_64 Kernel Module 580.173.02") is None
@@ -167,24 +172,24 @@ PROCS = [proc(10, "VLLM::Worker_TP0", 2000, 100000), proc(11, "python3", 3000, 4
 
 def test_memory_low_for_sustain_samples_stops_the_largest_unprotected_then_kills_after_grace():
     m, sent, events = memory_guard()
-    m.sample(0.0, 2000.0, 0, lambda: PROCS)
-    m.sample(1.0, 2000.0, 0, lambda: PROCS)
+    m.sample(0.0, 2000.0, [], lambda: PROCS)
+    m.sample(1.0, 2000.0, [], lambda: PROCS)
     assert sent == []  # 2 samples: the sustain is 3
-    m.sample(2.0, 0.0, 0, lambda: PROCS)  # 0.0 MiB is a reading (seed 004), not "no reading"
+    m.sample(2.0, 0.0, [], lambda: PROCS)  # 0.0 MiB is a reading (seed 004), not "no reading"
     assert sent == [(11, guard.signal.SIGTERM)]  # unified: python3 43000 MiB > train 9000; VLLM:: protected
     stop = events[-1]
     assert stop["event"] == "memory_stop" and stop["name"] == "python3" and stop["footprint_mib"] == 43000
     assert [p["pid"] for p in stop["processes"]] == [10, 11, 12]  # the table before acting, largest first
-    m.sample(10.0, 0.0, 0, lambda: PROCS)
+    m.sample(10.0, 0.0, [], lambda: PROCS)
     assert len(sent) == 1  # neither a second stop during the grace nor during the cooldown
-    m.sample(22.0, 0.0, 0, lambda: PROCS)
+    m.sample(22.0, 0.0, [], lambda: PROCS)
     assert sent[-1] == (11, guard.signal.SIGKILL) and events[-1]["event"] == "memory_kill"
 
 
 def test_a_process_that_left_in_the_grace_is_not_killed():
     m, sent, events = memory_guard(gone=(11,))
     m.stopping = (PROCS[1], 5.0)
-    m.sample(6.0, 9000.0, 0, lambda: PROCS)
+    m.sample(6.0, 9000.0, [], lambda: PROCS)
     assert sent == [] and events[-1] == {"event": "memory_stopped", "pid": 11, "name": "python3", "signal": None}
 
 
@@ -192,33 +197,39 @@ def test_without_unified_memory_the_host_footprint_is_rss_only():
     m, sent, _ = memory_guard()
     m.m["unified_memory"] = False
     for t in range(3):
-        m.sample(float(t), 100.0, 0, lambda: PROCS)
+        m.sample(float(t), 100.0, [], lambda: PROCS)
     assert sent == [(12, guard.signal.SIGTERM)]
 
 
 def test_nvrm_errors_act_below_the_warn_line_only():
-    m, sent, _ = memory_guard()
-    m.sample(0.0, 7000.0, 5, lambda: PROCS)  # above warn: errors alone do nothing
+    m, sent, events = memory_guard()
+    m.sample(0.0, 7000.0, [1000.0] * 5, lambda: PROCS, wall=1000.0)  # above warn: errors alone do nothing
     assert sent == []
-    m.sample(61.5, 5000.0, 5, lambda: PROCS)  # the first five are older than 60 s
+    m.sample(1.0, 5000.0, [], lambda: PROCS, wall=1061.0)  # the five are older than 60 s now
+    assert sent == []
+    # a reader replaying this boot's log brings old errors again: their stamps keep them old
+    m.sample(2.0, 5000.0, [900.0] * 9 + [1061.5] * 4, lambda: PROCS, wall=1062.0)
+    assert sent == []
+    m.sample(3.0, 5000.0, [None], lambda: PROCS, wall=1063.0)  # no stamp: counted as now
     assert sent == [(11, guard.signal.SIGTERM)]
+    assert "5 NVRM out-of-memory errors in 60 s" in events[-1]["reason"]
 
 
 def test_only_protected_processes_is_no_target_and_dry_run_stops_nothing():
     m, sent, events = memory_guard()
     for t in range(3):
-        m.sample(float(t), 100.0, 0, lambda: PROCS[:1])
+        m.sample(float(t), 100.0, [], lambda: PROCS[:1])
     assert sent == [] and events[-1]["event"] == "memory_no_target"
     m, sent, events = memory_guard(dry=True)
     for t in range(3):
-        m.sample(float(t), 100.0, 0, lambda: PROCS)
+        m.sample(float(t), 100.0, [], lambda: PROCS)
     assert sent == [] and events[-1]["event"] == "memory_would_stop" and events[-1]["pid"] == 11
 
 
 def test_unreadable_meminfo_acts_on_nothing():
     m, sent, _ = memory_guard()
     for t in range(5):
-        m.sample(float(t), None, 9, lambda: PROCS)
+        m.sample(float(t), None, [None] * 9, lambda: PROCS)
     assert sent == [] and m.below == 0
 
 

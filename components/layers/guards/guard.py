@@ -123,6 +123,7 @@ class LineReader:
             # what it wrote before it died was read above; the new one reads this boot's log (or
             # the file) from its start again, the cut line whole with it
             self.buf = b""
+            self.proc.stdout.close()
             self.restarts += 1
             restarted = True
             self.start()
@@ -138,10 +139,19 @@ class LineReader:
 
 
 def kernel_log_argv(source: str) -> list[str]:
-    """This boot's kernel messages, then new ones as they come."""
+    """This boot's kernel messages, then new ones as they come, each stamped with its unix time
+    (`1733212345.123456 node07 kernel: NVRM: ...`)."""
     if source == "journal":
-        return ["journalctl", "-k", "-b", "-f", "-o", "cat", "--no-pager", "-q"]
-    return ["tail", "-n", "+1", "-F", source]  # a test double's file
+        return ["journalctl", "-k", "-b", "-f", "-o", "short-unix", "--no-pager", "-q"]
+    return ["tail", "-n", "+1", "-F", source]  # a test double's file, in the same format
+
+
+def logged_at(line: str) -> Optional[float]:
+    """The unix time a `short-unix` line was logged (None: it has no stamp)."""
+    try:
+        return float(line.split(maxsplit=1)[0])
+    except (ValueError, IndexError):
+        return None
 
 
 @dataclass
@@ -159,7 +169,9 @@ class Guard:
     #: key -> the last failed drain's output
     failed: dict[str, str] = field(default_factory=dict)
     xids_seen: int = 0
-    oom_lines: int = 0
+    #: when each NV_ERR_NO_MEMORY line of the last sample was logged (unix time; the line's own
+    #: stamp, so a reader replaying this boot's log does not count old errors as new)
+    oom_at: list = field(default_factory=list)
 
     def trip(self, key: str, reason: str, **detail) -> None:
         if key in self.tripped or key in self.pending:
@@ -186,7 +198,7 @@ class Guard:
                 self.trip(f"heat:{i}", f"GPU {i} heat: {why}", gpu=i, temp_c=temp, above_s=round(soak.above_s, 1))
             elif temp < t["soak_c"]:
                 self.rearm(f"heat:{i}")
-        self.oom_lines = sum(NVRM_OOM in line for line in lines)
+        self.oom_at = [logged_at(line) for line in lines if NVRM_OOM in line]
         for line in lines:
             x = parse_xid(line)
             if x is None:
@@ -244,8 +256,10 @@ class MemoryGuard:
     stopping: Optional[tuple[Proc, float]] = None
     avail_mib: Optional[float] = None
 
-    def sample(self, now: float, avail_mib: Optional[float], oom_lines: int,
-               candidates: Callable[[], list[Proc]]) -> None:
+    def sample(self, now: float, avail_mib: Optional[float], oom_at: list[Optional[float]],
+               candidates: Callable[[], list[Proc]], wall: Optional[float] = None) -> None:
+        """`now`: monotonic seconds; `oom_at`: the unix times the new NVRM out-of-memory lines were
+        logged (None: unknown, counted as `wall`, the unix time now)."""
         m = self.m
         if self.stopping is not None:
             proc, deadline = self.stopping
@@ -254,7 +268,8 @@ class MemoryGuard:
                 self.record({"event": "memory_kill" if killed else "memory_stopped", "pid": proc.pid,
                              "name": proc.name, "signal": "KILL" if killed else None})
                 self.stopping = None
-        self.nvrm = [t for t in self.nvrm if now - t <= 60] + [now] * oom_lines
+        wall = time.time() if wall is None else wall
+        self.nvrm = [t for t in self.nvrm + [wall if t is None else t for t in oom_at] if wall - t <= 60]
         self.avail_mib = avail_mib
         if avail_mib is None:  # unreadable: nothing to judge by, and no reason to stop anything
             self.below = 0
@@ -501,7 +516,7 @@ def loop(cfg: dict, text: str, guard: Guard, memory: Optional[MemoryGuard], read
             record({"event": "kernel_log_restarted", "restarts": reader.restarts})
         guard.sample(now, temps, err, lines)
         if memory is not None:
-            memory.sample(now, mem_available_mib(cfg["memory"]["meminfo"]), guard.oom_lines,
+            memory.sample(now, mem_available_mib(cfg["memory"]["meminfo"]), guard.oom_at,
                           lambda: gpu_processes(nvml))
         write_status(cfg["status_file"], {
             "pid": os.getpid(), "node": cfg["node"], "config_sha256": config_sha(text), "time": time.time(),
