@@ -51,15 +51,25 @@ def wait_state(node: str, pred, timeout: float = 30.0) -> tuple[str, str]:
         time.sleep(0.5)
 
 
-def set_temp(node: str, gpu: int, temp: int) -> None:
+def set_gpu(node: str, gpu: int, **fields) -> None:
+    """Rewrite GPU `gpu` of the node's fake NVML configuration (None removes a field)."""
     ssh(node, f"""python3 - <<'EOF'
 import json, os
 p = "{FAKE}"
 d = json.load(open(p))
-d["devices"][{gpu}]["temperature"] = {temp}
+dev = d["devices"][{gpu}]
+for k, v in {json.dumps(fields)}.items():
+    if v is None:
+        dev.pop(k, None)
+    else:
+        dev[k] = v
 open(p + ".t", "w").write(json.dumps(d))
 os.replace(p + ".t", p)
 EOF""")
+
+
+def set_temp(node: str, gpu: int, temp: int) -> None:
+    set_gpu(node, gpu, temperature=temp)
 
 
 def events(node: str) -> list[dict]:
@@ -91,7 +101,7 @@ def guarded(lab, tmp_path_factory):
     finally:
         for n in NODES:
             for gpu in range(8):
-                set_temp(n, gpu, 40)
+                set_gpu(n, gpu, temperature=40, temperature_error=None)
             set_processes(n, [])
         proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
 
@@ -164,6 +174,20 @@ def test_a_hardware_xid_drains_and_an_application_xid_does_not(guarded):
     state, reason = wait_state("node3", lambda s: "DRAIN" in s[0])
     resume("node3")
     assert "DRAIN" in state and reason == "gpu-fleet guard: XID 79 on PCI:0000:3b:00", (state, reason)
+
+
+def test_a_gpu_nvml_loses_drains_its_node_and_the_others_stay_watched(guarded):
+    set_gpu("node1", 2, temperature_error=15)  # NVML_ERROR_GPU_IS_LOST
+    try:
+        state, reason = wait_state("node1", lambda s: "DRAIN" in s[0])
+        assert "DRAIN" in state and reason == "gpu-fleet guard: GPU 2 does not answer NVML (GPU is lost)", \
+            (state, reason)
+        status = json.loads(ssh("node1", "cat /run/gpu-fleet-guard/status.json").stdout)
+        assert status["gpu_errors"] == {"2": "GPU is lost"} and len(status["gpus"]) == 7, status
+    finally:
+        set_gpu("node1", 2, temperature_error=None)
+    time.sleep(2)
+    resume("node1")
 
 
 def set_processes(node: str, procs: list[dict]) -> None:

@@ -124,6 +124,23 @@ def test_nvml_silent_drains_fail_closed():
     assert drained == ["NVML does not answer (GPU is lost): the GPUs cannot be watched"]
 
 
+def test_a_lost_gpu_drains_while_the_others_are_still_watched():
+    g, drained, _ = make({**CFG, "gpus": 2})
+    g.sample(0.0, {0: 40}, None, [], {1: "GPU is lost"})
+    g.sample(1.0, {0: 97}, None, [], {1: "GPU is lost"})
+    assert drained == ["GPU 1 does not answer NVML (GPU is lost)", "GPU 0 heat: 97 C, at or above hard_c 96 C"]
+
+
+def test_fewer_gpus_than_declared_drains():
+    g, drained, _ = make({**CFG, "gpus": 8})
+    g.sample(0.0, {i: 40 for i in range(7)}, None, [])
+    g.sample(1.0, {i: 40 for i in range(7)}, None, [])
+    assert drained == ["NVML sees 7 of the 8 GPUs the stack declares"]
+    g.sample(2.0, {i: 40 for i in range(8)}, None, [])  # back (a reset): the next loss drains again
+    g.sample(3.0, {i: 40 for i in range(6)}, None, [])
+    assert drained[-1] == "NVML sees 6 of the 8 GPUs the stack declares"
+
+
 def test_a_failed_drain_is_tried_again_at_the_next_sample():
     g, drained, events = make(fail=3)
     g.sample(0.0, {0: 99}, None, [])
@@ -315,6 +332,7 @@ def test_the_daemon_drains_through_scontrol_and_logs_every_event(tmp_path, fake_
         status = wait_for(lambda: json.loads((tmp_path / "status.json").read_text())
                           if (tmp_path / "status.json").exists() else None)
         assert status["gpus"] == {"0": {"temp_c": 40, "above_soak_s": 0.0}, "1": {"temp_c": 40, "above_soak_s": 0.0}}
+        assert status["gpu_errors"] == {} and status["nvml_error"] is None
         assert status["config_sha256"] == guard.config_sha(conf.read_text()) and status["kernel_log_alive"]
         assert not calls.exists()
         node["devices"][1]["temperature"] = 90  # GPU 1 heats; the guard's NVML stays initialised

@@ -11,7 +11,8 @@ arrived, and drains the node (`scontrol update NodeName=... State=DRAIN Reason=.
   off had sat above 88 C for 417 s; a static alarm on the instant value kills healthy long runs;
 - the kernel logs an XID in `drain_xids` (`NVRM: Xid (PCI:0000:3b:00): 79, ...`), since this
   boot: a node whose GPU fell off the bus stays drained until it is rebooted and resumed;
-- NVML stops answering: the guard cannot see the GPUs, so the node takes no new job.
+- NVML stops answering, for a GPU or for all, or sees fewer GPUs than the stack declares: the
+  guard cannot watch them, so the node takes no new job.
 
 Draining stops new jobs only; the guard never resumes a node (an admin does, after looking).
 With `memory` it also keeps the host alive (seed 004: a unified-memory host ran out without the
@@ -185,12 +186,22 @@ class Guard:
         self.tripped.pop(key, None)
 
     def sample(self, now: float, temps: Optional[dict[int, int]], nvml_error: Optional[str],
-               lines: list[str]) -> None:
+               lines: list[str], gpu_errors: Optional[dict[int, str]] = None) -> None:
         t = self.cfg["thermal"]
+        gpu_errors = gpu_errors or {}
         if nvml_error is not None:
             self.trip("nvml", f"NVML does not answer ({nvml_error}): the GPUs cannot be watched", nvml=nvml_error)
         else:
             self.rearm("nvml")
+            seen, expected = len(temps or {}) + len(gpu_errors), self.cfg.get("gpus")
+            if expected is not None and seen < expected:
+                self.trip("count", f"NVML sees {seen} of the {expected} GPUs the stack declares", seen=seen)
+            else:
+                self.rearm("count")
+        for i, err in sorted(gpu_errors.items()):
+            self.trip(f"lost:{i}", f"GPU {i} does not answer NVML ({err})", gpu=i, nvml=err)
+        for i in sorted(temps or {}):
+            self.rearm(f"lost:{i}")
         for i, temp in sorted((temps or {}).items()):
             soak = self.soaks.setdefault(i, Soak(t["soak_c"], t["soak_s"], t["hard_c"]))
             why = soak.update(temp, now)
@@ -318,15 +329,14 @@ class Nvml:
         self.nv = pynvml
         self.ok = False
 
-    def temperatures(self) -> tuple[Optional[dict[int, int]], Optional[str]]:
+    def temperatures(self) -> tuple[Optional[dict[int, int]], Optional[str], dict[int, str]]:
+        """(temperature by GPU index, why NVML as a whole does not answer, why a GPU does not)."""
         nv = self.nv
         try:
             if not self.ok:
                 nv.nvmlInit()
                 self.ok = True
             count = nv.nvmlDeviceGetCount()
-            return {i: int(nv.nvmlDeviceGetTemperature(nv.nvmlDeviceGetHandleByIndex(i), nv.NVML_TEMPERATURE_GPU))
-                    for i in range(count)}, None
         except nv.NVMLError as e:
             if self.ok:
                 try:
@@ -334,8 +344,14 @@ class Nvml:
                 except nv.NVMLError:
                     pass
             self.ok = False
-            return None, str(e)
-
+            return None, str(e), {}
+        temps, errors = {}, {}
+        for i in range(count):
+            try:
+                temps[i] = int(nv.nvmlDeviceGetTemperature(nv.nvmlDeviceGetHandleByIndex(i), nv.NVML_TEMPERATURE_GPU))
+            except nv.NVMLError as e:  # one GPU lost (XID 79 territory): the others are still watched
+                errors[i] = str(e)
+        return temps, None, errors
 
     def processes(self) -> dict[int, float]:
         """pid -> GPU memory (MiB) summed over the GPUs, of every compute process NVML lists."""
@@ -510,11 +526,11 @@ def loop(cfg: dict, text: str, guard: Guard, memory: Optional[MemoryGuard], read
          record) -> None:
     while True:
         now = time.monotonic()
-        temps, err = nvml.temperatures()
+        temps, err, gpu_errors = nvml.temperatures()
         lines, restarted = reader.lines()
         if restarted:
             record({"event": "kernel_log_restarted", "restarts": reader.restarts})
-        guard.sample(now, temps, err, lines)
+        guard.sample(now, temps, err, lines, gpu_errors)
         if memory is not None:
             memory.sample(now, mem_available_mib(cfg["memory"]["meminfo"]), guard.oom_at,
                           lambda: gpu_processes(nvml))
@@ -522,7 +538,7 @@ def loop(cfg: dict, text: str, guard: Guard, memory: Optional[MemoryGuard], read
             "pid": os.getpid(), "node": cfg["node"], "config_sha256": config_sha(text), "time": time.time(),
             "gpus": {str(i): {"temp_c": c, "above_soak_s": round(guard.soaks[i].above_s, 1)}
                      for i, c in sorted((temps or {}).items())},
-            "nvml_error": err, "kernel_log_alive": reader.alive(), "kernel_log_restarts": reader.restarts,
+            "nvml_error": err, "gpu_errors": {str(i): e for i, e in sorted(gpu_errors.items())}, "kernel_log_alive": reader.alive(), "kernel_log_restarts": reader.restarts,
             "xids_seen": guard.xids_seen, "tripped": list(guard.tripped.values()),
             "pending": list(guard.pending.values()),
             "dry_run": cfg["dry_run"],

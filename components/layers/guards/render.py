@@ -17,9 +17,11 @@ EVENT_LOG = "/var/log/gpu-fleet/guard.jsonl"
 
 
 def render_config(cfg: FleetConfig, node: str) -> str:
-    """The node's guard config (JSON; its SHA-256 is what the running guard reports)."""
+    """The node's guard config (JSON; its SHA-256 is what the running guard reports). `gpus`: how
+    many the stack declares on the node; NVML seeing fewer drains it."""
     g = cfg.guards
-    doc = {"node": node, "interval_s": g.interval_s, "dry_run": g.dry_run,
+    spec = cfg.node(node).gpus
+    doc = {"node": node, "gpus": spec.count if spec else None, "interval_s": g.interval_s, "dry_run": g.dry_run,
            "thermal": {"soak_c": g.thermal.soak_c, "soak_s": g.thermal.soak_s, "hard_c": g.thermal.hard_c},
            "drain_xids": list(g.drain_xids), "kernel_log": g.kernel_log,
            "event_log": EVENT_LOG, "status_file": STATUS, "scontrol": "scontrol",
