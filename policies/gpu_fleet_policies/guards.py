@@ -14,17 +14,18 @@ from __future__ import annotations
 
 from . import props as P
 from .common import resource
-from .exposure import _unit_lines
+from .exposure import _unit_lines, _unit_texts
 
 #: render.UNIT
 UNIT = "gpu-fleet-guard.service"
 ALLOWED_CAPS = frozenset({"CAP_KILL"})
 
 
-def unit_problems(text: str) -> list[str]:
-    """What in the unit's [Service] section gives the guard more than it needs."""
+def unit_problems(texts: list[str]) -> list[str]:
+    """What in the unit's [Service] section (its file, then its drop-ins) gives the guard more
+    than it needs."""
     service: dict[str, list[str]] = {}
-    for section, key, value in _unit_lines(text):
+    for section, key, value in (line for text in texts for line in _unit_lines(text)):
         if section == "Service":
             service.setdefault(key, []).append(value)
     out = []
@@ -52,11 +53,10 @@ def validate_least_privilege(args, report_violation) -> None:
     res = resource(args, P.SYSTEMD_UNIT)
     if res is None or P.text(res.get("name")) != UNIT:
         return
-    content = res.get("content")
-    if P.is_unknown(content):
+    texts = _unit_texts(res)  # the unit file and its drop-ins: a drop-in can widen it too
+    if texts is None:
         return
-    text = P.text(content)
-    problems = ["has no unit file content"] if text is None else unit_problems(text)
+    problems = unit_problems(texts) if texts else ["has no unit file content"]
     if problems:
         report_violation(
             f"{res.describe('SystemdUnit', UNIT)} runs the guard as root but {'; '.join(problems)}; "

@@ -29,8 +29,8 @@ def rendered(memory: bool) -> str:
     return render.render_unit(parse_fleet_config(raw, "canary"))
 
 
-def unit(content, name=render.UNIT):
-    return resource_args(SYSTEMD_UNIT, {"conn": CONN, "name": name, "content": content, "dropins": {},
+def unit(content, name=render.UNIT, dropins=None):
+    return resource_args(SYSTEMD_UNIT, {"conn": CONN, "name": name, "content": content, "dropins": dropins or {},
                                         "enabled": True, "active": True, "properties": {}, "triggers": {}},
                          "gpu01-guard-unit")
 
@@ -61,6 +61,12 @@ def test_a_widened_unit_fails_naming_it_and_the_fix(change, words):
     msgs = violations(guards.validate_least_privilege, unit(text.replace(change[0], change[1])))
     assert len(msgs) == 1 and words in msgs[0], msgs
     assert "gpu-fleet-guard.service" in msgs[0] and "render.py" in msgs[0]
+
+
+def test_a_drop_in_that_widens_the_unit_fails_too():
+    msgs = violations(guards.validate_least_privilege, unit(rendered(False), dropins={
+        "50-debug.conf": "[Service]\nCapabilityBoundingSet=CAP_SYS_ADMIN\n"}))
+    assert len(msgs) == 1 and "keeps CAP_SYS_ADMIN" in msgs[0], msgs
 
 
 def test_unknown_content_is_skipped_and_other_units_are_not_its_business():

@@ -62,10 +62,12 @@ class Guards(pulumi.ComponentResource):
         cfg, root = inputs.cfg, inputs.root
         unit = render_unit(cfg)
         guard_sha = sha256_file(SOURCE)[:16]
+        after = pulumi.ResourceOptions(parent=self, depends_on=list(inputs.after))
+        check = ["python3", GUARD, "--config", CONFIG, "--check"]
+        wait = str(max(30, 3 * cfg.guards.interval_s + 10))
         checks = {}
         for n in (n for n in cfg.slurm_nodes() if n.gpus):
             conn = conn_input(n, cfg.ssh, root)
-            after = pulumi.ResourceOptions(parent=self, depends_on=list(inputs.after))
             guard = Payload(f"{n.name}-guard", conn=conn, path=GUARD, source=SOURCE, mode="0755", opts=after)
             text = render_config(cfg, n.name)
             conf = File(f"{n.name}-guard-config", conn=conn, path=CONFIG, content=text, mode="0644", opts=after)
@@ -74,8 +76,6 @@ class Guards(pulumi.ComponentResource):
             triggers = {"guard": guard_sha, "config": _sha(text)}
             service = SystemdUnit(f"{n.name}-guard-unit", conn=conn, unit=UNIT, content=unit, triggers=triggers,
                                   opts=pulumi.ResourceOptions(parent=self, depends_on=[guard, conf]))
-            wait = str(max(30, 3 * cfg.guards.interval_s + 10))
-            check = ["python3", GUARD, "--config", CONFIG, "--check"]
             checks[n.name] = CommandWithVerify(
                 f"{n.name}-guard-check", conn=conn, create=[*check, "--wait-s", wait], verify=check,
                 triggers={**triggers, "unit": _sha(unit)},

@@ -109,7 +109,6 @@ class LineReader:
         restarted = False
         if self.proc is None:
             self.start()
-        out: list[str] = []
         while True:
             try:
                 chunk = self.proc.stdout.read(65536)
@@ -170,9 +169,6 @@ class Guard:
     #: key -> the last failed drain's output
     failed: dict[str, str] = field(default_factory=dict)
     xids_seen: int = 0
-    #: when each NV_ERR_NO_MEMORY line of the last sample was logged (unix time; the line's own
-    #: stamp, so a reader replaying this boot's log does not count old errors as new)
-    oom_at: list = field(default_factory=list)
 
     def trip(self, key: str, reason: str, **detail) -> None:
         if key in self.tripped or key in self.pending:
@@ -200,16 +196,14 @@ class Guard:
                 self.rearm("count")
         for i, err in sorted(gpu_errors.items()):
             self.trip(f"lost:{i}", f"GPU {i} does not answer NVML ({err})", gpu=i, nvml=err)
-        for i in sorted(temps or {}):
-            self.rearm(f"lost:{i}")
         for i, temp in sorted((temps or {}).items()):
+            self.rearm(f"lost:{i}")
             soak = self.soaks.setdefault(i, Soak(t["soak_c"], t["soak_s"], t["hard_c"]))
             why = soak.update(temp, now)
             if why:
                 self.trip(f"heat:{i}", f"GPU {i} heat: {why}", gpu=i, temp_c=temp, above_s=round(soak.above_s, 1))
             elif temp < t["soak_c"]:
                 self.rearm(f"heat:{i}")
-        self.oom_at = [logged_at(line) for line in lines if NVRM_OOM in line]
         for line in lines:
             x = parse_xid(line)
             if x is None:
@@ -238,6 +232,12 @@ class Guard:
 
 
 NVRM_OOM = "NV_ERR_NO_MEMORY"
+
+
+def oom_times(lines: list[str]) -> list[Optional[float]]:
+    """When each NV_ERR_NO_MEMORY line was logged (its own stamp, so a reader replaying this
+    boot's log does not count old errors as new; None: no stamp)."""
+    return [logged_at(line) for line in lines if NVRM_OOM in line]
 
 
 @dataclass(frozen=True)
@@ -510,7 +510,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     record({"event": "start", "config_sha256": config_sha(text), "dry_run": cfg["dry_run"]})
     try:
-        loop(cfg, text, guard, memory, reader, nvml, record)
+        loop(cfg, config_sha(text), guard, memory, reader, nvml, record)
     except Stopped:
         pass
     reader.stop()
@@ -522,7 +522,7 @@ class Stopped(Exception):
     """SIGTERM (systemctl stop): the loop ends between or during samples."""
 
 
-def loop(cfg: dict, text: str, guard: Guard, memory: Optional[MemoryGuard], reader: LineReader, nvml: Nvml,
+def loop(cfg: dict, sha: str, guard: Guard, memory: Optional[MemoryGuard], reader: LineReader, nvml: Nvml,
          record) -> None:
     while True:
         now = time.monotonic()
@@ -532,13 +532,14 @@ def loop(cfg: dict, text: str, guard: Guard, memory: Optional[MemoryGuard], read
             record({"event": "kernel_log_restarted", "restarts": reader.restarts})
         guard.sample(now, temps, err, lines, gpu_errors)
         if memory is not None:
-            memory.sample(now, mem_available_mib(cfg["memory"]["meminfo"]), guard.oom_at,
+            memory.sample(now, mem_available_mib(cfg["memory"]["meminfo"]), oom_times(lines),
                           lambda: gpu_processes(nvml))
         write_status(cfg["status_file"], {
-            "pid": os.getpid(), "node": cfg["node"], "config_sha256": config_sha(text), "time": time.time(),
+            "pid": os.getpid(), "node": cfg["node"], "config_sha256": sha, "time": time.time(),
             "gpus": {str(i): {"temp_c": c, "above_soak_s": round(guard.soaks[i].above_s, 1)}
                      for i, c in sorted((temps or {}).items())},
-            "nvml_error": err, "gpu_errors": {str(i): e for i, e in sorted(gpu_errors.items())}, "kernel_log_alive": reader.alive(), "kernel_log_restarts": reader.restarts,
+            "nvml_error": err, "gpu_errors": {str(i): e for i, e in sorted(gpu_errors.items())},
+            "kernel_log_alive": reader.alive(), "kernel_log_restarts": reader.restarts,
             "xids_seen": guard.xids_seen, "tripped": list(guard.tripped.values()),
             "pending": list(guard.pending.values()),
             "dry_run": cfg["dry_run"],

@@ -9,11 +9,12 @@ from ...config import FleetConfig
 GUARD = "/opt/gpu-fleet/bin/gpu-fleet-guard"
 CONFIG = "/etc/gpu-fleet/guard.json"
 UNIT = "gpu-fleet-guard.service"
-#: systemd's RuntimeDirectory (removed when the guard stops: a stale status proves nothing)
-STATUS_DIR = "/run/gpu-fleet-guard"
-STATUS = f"{STATUS_DIR}/status.json"
-#: systemd's LogsDirectory: kept when the guard stops and when the layer is rolled back
-EVENT_LOG = "/var/log/gpu-fleet/guard.jsonl"
+#: under systemd's RuntimeDirectory (removed when the guard stops: a stale status proves nothing)
+RUNTIME_DIR = "gpu-fleet-guard"
+STATUS = f"/run/{RUNTIME_DIR}/status.json"
+#: under systemd's LogsDirectory: kept when the guard stops and when the layer is rolled back
+LOGS_DIR = "gpu-fleet"
+EVENT_LOG = f"/var/log/{LOGS_DIR}/guard.jsonl"
 
 
 def render_config(cfg: FleetConfig, node: str) -> str:
@@ -42,7 +43,7 @@ def render_unit(cfg: FleetConfig) -> str:
         f"Environment=PYTHONPATH={cfg.gpu_runtime.pynvml_dir} PYTHONDONTWRITEBYTECODE=1\n"
         f"ExecStart=/usr/bin/python3 {GUARD} --config {CONFIG}\n"
         "Restart=always\nRestartSec=5\n"
-        "RuntimeDirectory=gpu-fleet-guard\nLogsDirectory=gpu-fleet\n"
+        f"RuntimeDirectory={RUNTIME_DIR}\nLogsDirectory={LOGS_DIR}\n"
         f"CapabilityBoundingSet={caps}\nNoNewPrivileges=yes\nProtectSystem=strict\nProtectHome=yes\n"
         "PrivateTmp=yes\nProtectKernelTunables=yes\nProtectControlGroups=yes\nRestrictSUIDSGID=yes\n\n"
         "[Install]\nWantedBy=multi-user.target\n")

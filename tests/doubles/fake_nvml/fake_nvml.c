@@ -135,11 +135,15 @@ static void load_failed(const char *fmt, ...) {
     cfg.loaded = -1;
 }
 
+static const char *config_path(void) {
+    const char *path = getenv("FAKE_NVML_CONFIG");
+    return (path && *path) ? path : "/etc/fake-nvml.json";
+}
+
 /* Read the configuration once per process; call with `lock` held. */
 static void load_config(void) {
     if (cfg.loaded) return;
-    const char *path = getenv("FAKE_NVML_CONFIG");
-    if (!path || !*path) path = "/etc/fake-nvml.json";
+    const char *path = config_path();
     jval *root = jload_object(path, cfg.load_error, sizeof cfg.load_error);
     if (!root) { cfg.loaded = -1; return; }
 
@@ -372,10 +376,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *
 
 /* The device's entry of the configuration as it is now in the file (the caller jfree()s `*root`). */
 static const jval *live_device(nvmlDevice_t device, jval **root) {
-    const char *path = getenv("FAKE_NVML_CONFIG");
-    if (!path || !*path) path = "/etc/fake-nvml.json";
     char err[256];
-    *root = jload_object(path, err, sizeof err);
+    *root = jload_object(config_path(), err, sizeof err);
     if (!*root) return NULL;
     const jval *devs = jget(*root, "devices");
     return (devs && devs->t == J_ARR && device->index < (unsigned)devs->n) ? devs->items[device->index] : NULL;
