@@ -40,7 +40,8 @@ POLICY_MARK = re.search(r'^mark="(.+)"$', _NO_START, re.M).group(1)
 
 
 def parse_package_probe(stdout: str) -> Observed:
-    """{'installed': {name: version} (status ii/hi only), 'held': set(names): dpkg's selection
+    """{'installed': {name: version} (status i or h, then i, W or t: configured, or installed with
+    triggers awaited or pending), 'held': set(names): dpkg's selection
     is hold (status h.), as `apt-mark hold` sets it, 'interrupted': dpkg has journal entries an
     interrupted run left (it refuses to install until configured), 'leftover': the no-start
     policy an interrupted install left (every later install on the host starts no service)}."""
@@ -55,7 +56,10 @@ def parse_package_probe(stdout: str) -> Observed:
         parts = line.split()
         if section == "installed" and len(parts) >= 3:
             name = parts[0].split(":")[0]
-            if parts[2][:2] in ("ii", "hi"):
+            # installed: configured (i), or installed with triggers awaited (W) or pending (t),
+            # as an interrupted dpkg run leaves libc-bin's ldconfig trigger: counted as absent,
+            # the next install that runs the trigger would record libc-bin as one it added
+            if parts[2][:1] in ("i", "h") and parts[2][1:2] in ("i", "W", "t"):
                 installed[name] = parts[1]
             if parts[2][:1] == "h":
                 held.add(name)

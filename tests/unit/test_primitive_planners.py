@@ -106,6 +106,19 @@ def test_package_probe_reads_holds_from_dpkg_status():
     assert PackageSetProvider().plan({"packages": {"jq": "1.6-2.1"}, "hold": True}, obs, {}) == []
 
 
+def test_a_package_with_triggers_pending_is_installed_and_never_recorded_as_added():
+    """CI: an interrupted dpkg run left libc-bin with its ldconfig trigger pending (status `it`);
+    read as absent, the storage clients' install (which ran the trigger) recorded libc-bin as a
+    package it added, and rollback tried to purge an essential package."""
+    before = parse_package_probe("== installed\nlibc-bin 2.36-9 it \nlibc6 2.36-9 iW \n"
+                                 "half 1.0 iU \nhalf2 1.0 iF \n== dpkg-updates\n")
+    assert before["installed"] == {"libc-bin": "2.36-9", "libc6": "2.36-9"}
+    after = parse_package_probe("== installed\nlibc-bin 2.36-9 ii \nlibc6 2.36-9 ii \nfuse 2.9 ii \n"
+                                "half 1.0 ii \nhalf2 1.0 ii \n== dpkg-updates\n")
+    added = PackageSetProvider().applied({"packages": {"fuse": "2.9"}}, {"added": []}, before, after, [])["added"]
+    assert added == ["fuse", "half", "half2"]
+
+
 def test_a_no_start_policy_an_interrupted_install_left_is_drift_and_up_removes_it():
     """The host lost power mid-install: packages_no_start.sh's policy-rc.d stays, and under it
     no later install on the host (an admin's, unattended-upgrades) starts a service. A set
