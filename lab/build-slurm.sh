@@ -6,8 +6,9 @@
 #   OUTDIR   where the resulting .deb files (+ SHA256SUMS, versions.txt) go.
 # Env:
 #   BASE=/var/tmp/slurm-build   working area (downloads in $BASE/dl, tree in $BASE/build)
-#   MIRROR=http://deb.debian.org/debian
-#   SECMIRROR=http://deb.debian.org/debian-security
+#   MIRROR=<uri>                this machine's Debian mirror (required; lab/slurm_release.py
+#                               passes the one its apt sources name, lab/apt_sources.py)
+#   SECMIRROR=<uri>             its Debian security mirror, if it has one (also tried)
 #   JOBS=2                      parallel=N for the build
 #   SKIP_APT=1                  skip apt-get update/install of build deps
 #
@@ -36,8 +37,10 @@ set -euo pipefail
 OUT=${1:?usage: $0 OUTDIR}
 mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 BASE=${BASE:-/var/tmp/slurm-build}
-MIRROR=${MIRROR:-http://deb.debian.org/debian}
-SECMIRROR=${SECMIRROR:-http://deb.debian.org/debian-security}
+MIRROR=${MIRROR:-}
+[ -n "$MIRROR" ] || { echo "$0: MIRROR is not set: set it to the URI of this machine's Debian mirror" \
+  "(its apt sources' bookworm entry); python -m lab passes it" >&2; exit 2; }
+SECMIRROR=${SECMIRROR:-}
 JOBS=${JOBS:-2}
 PKG=slurm-wlm
 VERSION=24.11.5-4+deb13u1
@@ -93,7 +96,7 @@ get_sources_stanza() {
 
 download_files() {
   cd "$DL"
-  local dir sum f ok
+  local dir sum f ok url urls
   dir=$(awk '/^Directory:/{print $2}' stanza.txt)
   while read -r sum f; do
     if [ -f "$f" ] && echo "$sum  $f" | sha256sum -c --quiet - 2>/dev/null; then
@@ -101,8 +104,10 @@ download_files() {
     fi
     ok=0
     # The point-release upload lives in the main pool; a security upload of
-    # the same version also lives in debian-security's pool/updates. Try both.
-    for url in "$MIRROR/$dir/$f" "$SECMIRROR/pool/updates/main/${dir#pool/main/}/$f"; do
+    # the same version also lives in the security archive's pool/updates. Try both.
+    urls=("$MIRROR/$dir/$f")
+    [ -z "$SECMIRROR" ] || urls+=("$SECMIRROR/pool/updates/main/${dir#pool/main/}/$f")
+    for url in "${urls[@]}"; do
       if fetch "$url" "$f" 2>/dev/null; then ok=1; break; fi
     done
     if [ $ok = 0 ]; then

@@ -10,17 +10,15 @@ new image beside the old one.
 
 from __future__ import annotations
 
-import glob
 import os
-import re
 import time
 from pathlib import Path
 
+from .apt_sources import host_mirrors
 from .common import LabError, cache_dir, check_tools, flock, log, remove_tree, run, run_with_progress, sha16
 
 SUITE = "bookworm"
 VARIANT = "minbase"
-DEFAULT_MIRROR = "http://deb.debian.org/debian"
 INCLUDE = [
     "systemd", "systemd-sysv", "dbus", "libpam-systemd", "openssh-server", "python3",
     "iproute2", "sudo", "procps", "apt", "ca-certificates", "less",
@@ -126,35 +124,6 @@ def image_key() -> str:
     return sha16(SUITE, VARIANT, INCLUDE, CUSTOMIZE)
 
 
-def host_mirror() -> str:
-    """The Debian mirror of the host's apt sources (deb822 or one-line), else deb.debian.org."""
-    uris: list[str] = []
-    for path in sorted(glob.glob("/etc/apt/sources.list.d/*.sources")):
-        try:
-            text = open(path).read()
-        except OSError:
-            continue
-        for stanza in re.split(r"\n\s*\n", text):
-            fields = dict(re.findall(r"^([A-Za-z-]+):\s*(.*)$", stanza, re.M))
-            if "deb" in fields.get("Types", "").split() and re.search(
-                rf"(^|\s){SUITE}(\s|$)", fields.get("Suites", "")
-            ) and fields.get("Enabled", "yes").lower() != "no":
-                uris += fields.get("URIs", "").split()
-    for path in ["/etc/apt/sources.list", *sorted(glob.glob("/etc/apt/sources.list.d/*.list"))]:
-        try:
-            lines = open(path).read().splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            m = re.match(r"^\s*deb\s+(?:\[[^\]]*\]\s+)?(\S+)\s+(\S+)", line)
-            if m and m.group(2) == SUITE:
-                uris.append(m.group(1))
-    for u in uris:
-        if "security" not in u and u.startswith(("http://", "https://")):
-            return u.rstrip("/")
-    return DEFAULT_MIRROR
-
-
 def ensure_base() -> Path:
     """The extracted base rootfs for the current key, building or extracting it if needed."""
     cache = cache_dir()
@@ -177,7 +146,7 @@ def ensure_base() -> Path:
 
 def build_image(cache: Path, key: str, tarball: Path, base: Path) -> None:
     check_tools(["debootstrap", "chroot", "zstd", "tar"])
-    mirror = host_mirror()
+    mirror = host_mirrors(SUITE).debian
     build = cache / f".build-{key}"
     remove_tree(build)  # a build killed mid-way (debootstrap mounts /proc and /sys)
     remove_tree(base)
