@@ -21,6 +21,8 @@ import pulumi
 from debian.debian_support import version_compare
 from pulumi.dynamic import DiffResult, Resource
 
+from ..facts import shell
+from ..facts.dpkg import parse_dpkg_status
 from ..scripts import script
 from ..transport.command import Piece, sh
 from .base import HostPrimitive, Observed, PlanRefused, Props, Step, _entry, target_of
@@ -31,7 +33,7 @@ APT_LOCK_WAIT = ["-o", "DPkg::Lock::Timeout=300"]
 APT_OPTS = ["-y", "-q", *APT_LOCK_WAIT, "-o", "Dpkg::Options::=--force-confdef",
             "-o", "Dpkg::Options::=--force-confold"]
 
-_PROBE = script(__file__, "packages_probe.sh")
+_PROBE = shell("dpkg") + script(__file__, "packages_probe.sh")
 _NO_START = script(__file__, "packages_no_start.sh")
 #: the line packages_no_start.sh marks its policy-rc.d with (it removes the file when the
 #: install ends; a host that lost power meanwhile keeps it: refresh reports it, up removes it)
@@ -45,29 +47,21 @@ def parse_package_probe(stdout: str) -> Observed:
     is hold (status h.), as `apt-mark hold` sets it, 'interrupted': dpkg has journal entries an
     interrupted run left (it refuses to install until configured), 'leftover': the no-start
     policy an interrupted install left (every later install on the host starts no service)}."""
-    installed: dict[str, str] = {}
-    held: set[str] = set()
+    dpkg: list[str] = []
     interrupted = leftover = False
     section = None
     for line in stdout.splitlines():
         if line.startswith("== "):
             section = line[3:].strip()
-            continue
-        parts = line.split()
-        if section == "installed" and len(parts) >= 3:
-            name = parts[0].split(":")[0]
-            # installed: configured (i), or installed with triggers awaited (W) or pending (t),
-            # as an interrupted dpkg run leaves libc-bin's ldconfig trigger: counted as absent,
-            # the next install that runs the trigger would record libc-bin as one it added
-            if parts[2][:1] in ("i", "h") and parts[2][1:2] in ("i", "W", "t"):
-                installed[name] = parts[1]
-            if parts[2][:1] == "h":
-                held.add(name)
-        elif section == "dpkg-updates" and parts:
+        elif section == "installed":
+            dpkg.append(line)
+        elif section == "dpkg-updates" and line.split():
             interrupted = True
         elif section == "policy-rc.d" and line == POLICY_MARK:
             leftover = True
-    return {"installed": installed, "held": held, "interrupted": interrupted, "leftover": leftover}
+    status = parse_dpkg_status("\n".join(dpkg))
+    return {"installed": status.installed, "held": status.held, "interrupted": interrupted, "leftover": leftover}
+
 
 
 def parse_apt_simulation(stdout: str) -> set[str]:

@@ -16,6 +16,7 @@ import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, Resource, UpdateResult
 
 from ..errors import FleetError
+from ..facts.systemd import parse_show
 from ..scripts import script
 from ..transport.command import Piece, sh
 from .base import HostPrimitive, NotConverged, Observed, Props, Step, _entry, run_steps
@@ -49,15 +50,14 @@ def parse_unit_probe(stdout: str) -> Observed:
     `== show` (systemctl show), and for an active mount unit `== reach`: `ok`, or what
     reading the mounted root answered (a stale handle, a timeout)."""
     files: dict[str, Optional[str]] = {}
-    show: dict[str, str] = {}
+    show: list[str] = []
     reach: Optional[str] = None
     section = ""
     for line in stdout.splitlines():
         if line.startswith("== "):
             section = line[3:]
-        elif section == "show" and "=" in line:
-            k, _, v = line.partition("=")
-            show[k] = v
+        elif section == "show":
+            show.append(line)
         elif section == "reach" and line.strip():
             reach = line.strip() if reach is None else f"{reach}; {line.strip()}"
         elif not section and line.startswith("sha256 "):  # sha256sum's own line
@@ -65,7 +65,8 @@ def parse_unit_probe(stdout: str) -> Observed:
             files[path] = digest
         elif not section and line.startswith("file ") and line.endswith(" absent"):
             files[line[len("file "):-len(" absent")]] = None
-    return {"files": files, "show": show, "reach": reach}
+    return {"files": files, "show": parse_show("\n".join(show)), "reach": reach}
+
 
 
 def unreachable(obs: Observed) -> Optional[str]:

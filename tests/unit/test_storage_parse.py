@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 
 from components.config import parse_fleet_config
+from components.facts.mounts import Mount, parse_findmnt
+from components.facts.zfs import parse_zfs_get, parse_zpool_list
 from components.layers.storage.parse import (
-    GaneshaExport, Mount, judge_dataset, judge_exports, judge_ganesha_export, judge_mounts,
-    parse_exportfs_v, parse_findmnt, parse_ganesha_export, parse_proc_nfsd_exports, parse_zfs_get,
-    parse_zpool_list, pool_problem,
+    GaneshaExport, judge_dataset, judge_exports, judge_ganesha_export, judge_mounts,
+    parse_exportfs_v, parse_ganesha_export, parse_proc_nfsd_exports, pool_problem,
 )
+
 from tests.conftest import stack_config
 
 NET = "10.213.99.0/24"

@@ -26,6 +26,7 @@ import pulumi
 from pulumi.dynamic import Resource
 
 from ...errors import FleetError
+from ...facts.scontrol import parse_show_oneliner
 from ...providers.base import Props, RolloutCheck, target_of
 from ...scripts import script
 from ..slurm.render import count_visible_gpus
@@ -47,9 +48,11 @@ def parse_job(stdout: str) -> dict[str, str]:
 
 
 def parse_gres_used(scontrol_node: str) -> Optional[int]:
-    """GPUs in use on a node from `scontrol show node -o` (GresUsed=gpu:v100:0(IDX:N/A))."""
-    m = re.search(r"GresUsed=\S*?gpu(?::[A-Za-z0-9_]+)?:(\d+)", scontrol_node)
+    """GPUs in use on a node from `scontrol -d show node -o` (GresUsed=gpu:v100:0(IDX:N/A))."""
+    nodes = parse_show_oneliner(scontrol_node)
+    m = re.match(r"\S*?gpu(?::[A-Za-z0-9_]+)?:(\d+)", nodes[0].get("GresUsed", "")) if nodes else None
     return int(m.group(1)) if m else None
+
 
 
 def judge(job: dict[str, str], rc: int, gpus_on_node: int, gres_used_after: Optional[int],

@@ -23,17 +23,20 @@ from pulumi.dynamic import Resource
 from ...config import StorageLayer
 from ...errors import FleetError
 from ...providers.base import Props, RolloutCheck, target_of
+from ...facts import shell
+from ...facts.mounts import parse_findmnt
 from ...scripts import script, sections
 from ...transport import FanOutError, SshTarget, connection, fan_out
 from ...transport.command import sh
 from .datasets import MARKER, marker_text
 from .parse import (
-    judge_exports, judge_ganesha_export, judge_mounts, parse_exportfs_v, parse_findmnt, parse_ganesha_export,
+    judge_exports, judge_ganesha_export, judge_mounts, parse_exportfs_v, parse_ganesha_export,
     parse_proc_nfsd_exports,
 )
 
-_EXPORTS = script(__file__, "exports_probe.sh")
-_CLIENT = script(__file__, "client_probe.sh")
+_EXPORTS = shell("mounts") + script(__file__, "exports_probe.sh")
+_CLIENT = shell("mounts") + script(__file__, "client_probe.sh")
+
 #: the uid an NFS server gives root's writes under root_squash
 SQUASHED_UID = "65534"
 

@@ -25,14 +25,18 @@ import pulumi
 from pulumi.dynamic import Resource
 
 from ...providers.base import HostPrimitive, Observed, PlanRefused, Props, Step
+from ...facts import shell
+from ...facts.mounts import parse_findmnt
+from ...facts.zfs import parse_zfs_get, parse_zpool_list
 from ...scripts import script, sections
 from ...transport.command import Piece, sh
-from .parse import parse_findmnt, parse_zfs_get, parse_zpool_list, pool_problem
+from .parse import pool_problem
 
-_PROBE = script(__file__, "datasets_probe.sh")
-_MARKER = script(__file__, "marker.sh")
-_READONLY = script(__file__, "readonly.sh")
-_WRITABLE = script(__file__, "writable.sh")
+_PROBE = shell("mounts", "zfs") + script(__file__, "datasets_probe.sh")
+_MARKER = shell("mounts") + script(__file__, "marker.sh")
+_READONLY = shell("mounts") + script(__file__, "readonly.sh")
+_WRITABLE = shell("mounts") + script(__file__, "writable.sh")
+
 MARKER = ".gpu-fleet-store"
 #: mode of the data store's directories: every job user writes there, only owners remove
 DIR_MODE = "1777"

@@ -15,40 +15,15 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ...config import StorageLayer
+from ...facts.mounts import Mount
 from .render import DUTIES, EXPORT_IDS, FUSE_FSTYPE, PSEUDO
 
 #: {path: {client: {option, ...}}}: what a kernel NFS server exports
 Exported = dict[str, dict[str, set[str]]]
 
-# ---- ZFS ------------------------------------------------------------------------------------
-
-
-def parse_zfs_get(text: str) -> dict[str, dict[str, tuple[str, str]]]:
-    """`zfs get -H -p -o name,property,value,source <props> <datasets>` -> {dataset: {prop:
-    (value, source)}}. The source matters: zfs-fuse prints `readonly off temporary` for a
-    dataset mounted read-write even while `readonly=on` is set locally."""
-    out: dict[str, dict[str, tuple[str, str]]] = {}
-    for line in text.splitlines():
-        fields = line.split("\t")
-        if len(fields) != 4 or not fields[0] or not fields[1]:
-            continue  # an error line (stderr), not zfs's tab-separated output
-        name, prop, value, source = fields
-        out.setdefault(name, {})[prop] = (value, source)
-    return out
-
+# ---- ZFS (zfs get and zpool list are read by components/facts/zfs.py) ---------------------
 
 _POOL_HEALTH = ("ONLINE", "DEGRADED", "FAULTED", "OFFLINE", "UNAVAIL", "REMOVED", "SUSPENDED")
-
-
-def parse_zpool_list(text: str) -> dict[str, str]:
-    """`zpool list -H -o name,health` -> {pool: health}; error lines (`cannot open 'ai': no such
-    pool`) are skipped."""
-    out = {}
-    for line in text.splitlines():
-        fields = line.split("\t")
-        if len(fields) == 2 and fields[0] and fields[1].strip():
-            out[fields[0]] = fields[1].strip()
-    return out
 
 
 def _status_summary(status_text: str) -> str:
@@ -103,41 +78,6 @@ def pool_problem(pool: str, health: Optional[str], status_text: str) -> tuple[Op
 
 
 # ---- mounts ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Mount:
-    target: str
-    source: str
-    fstype: str
-    options: tuple[str, ...]
-    #: findmnt's ID and MAJ:MIN ("412 0:52"). The kernel hands out the lowest free ID again, so
-    #: the ID alone can repeat across an unmount and a mount; the device is what ganesha's
-    #: handles carry. A store mounted again shows as another mount when either moves.
-    mount_id: str = ""
-
-
-_PAIR = re.compile(r'([A-Z][A-Z0-9_%:-]*)="([^"]*)"')
-_HEX = re.compile(rb"\\x([0-9a-fA-F]{2})")
-
-
-def _unhex(value: str) -> str:
-    """findmnt -P escapes `"`, `\\` and unprintable bytes as \\xNN (of the UTF-8 bytes)."""
-    raw = _HEX.sub(lambda m: bytes([int(m.group(1), 16)]), value.encode())
-    return raw.decode("utf-8", "replace")
-
-
-def parse_findmnt(text: str) -> list[Mount]:
-    """`findmnt -n -P -o TARGET,SOURCE,FSTYPE,OPTIONS[,ID,MAJ:MIN]` (KEY="value" pairs, one mount a line)."""
-    out = []
-    for line in text.splitlines():
-        pairs = {k: _unhex(v) for k, v in _PAIR.findall(line)}
-        if "TARGET" not in pairs:
-            continue  # an error line ("findmnt: ...") or nothing
-        opts = tuple(o for o in pairs.get("OPTIONS", "").split(",") if o)
-        ident = " ".join(v for v in (pairs.get("ID"), pairs.get("MAJ:MIN")) if v)
-        out.append(Mount(pairs["TARGET"], pairs.get("SOURCE", ""), pairs.get("FSTYPE", ""), opts, ident))
-    return out
 
 
 _ZFS_FSTYPES = ("zfs", "fuse.zfs")

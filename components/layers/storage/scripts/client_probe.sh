@@ -3,6 +3,7 @@
 # a write into the read-only store (must fail), and one into the data store's job root (must
 # succeed, owned by the squashed root, and be cleaned up).
 # $1 models mount, $2 data mount, $3 job root directory name under the data mount.
+# Calls fact_mount (components/facts/scripts/mounts.sh, sent ahead of this script).
 
 models="$1"; data="$2"; jobs="$3"
 # a write under a timeout (a hung NFS server must not hang the probe); $1 is the inner sh's
@@ -10,7 +11,7 @@ models="$1"; data="$2"; jobs="$3"
 write='echo probe > "$1"'
 for m in "$models" "$data"; do
   echo "== mount $m"
-  findmnt -n -P -o TARGET,SOURCE,FSTYPE,OPTIONS --mountpoint "$m" 2>&1
+  fact_mount --mountpoint "$m"
   echo "== marker $m"
   timeout 20 cat -- "$m/.gpu-fleet-store" 2>&1
 done

@@ -4,10 +4,11 @@
 # and the data directories.
 # Sections: == pool (zpool list, or its error), == status (zpool status), == props (zfs get),
 # == mount <dataset> (findmnt -T of its mountpoint), == marker <dataset>, == dir <name> (mode).
+# Calls fact_* (components/facts/scripts/{mounts,zfs}.sh, sent ahead of this script).
 
 pool="$1"; data="$2"; shift 2
 echo "== pool"
-zpool list -H -o name,health "$pool" 2>&1
+fact_zpool_health "$pool"
 echo "== status"
 zpool status "$pool" 2>&1
 names=""
@@ -15,14 +16,13 @@ while [ "$#" -gt 0 ] && [ "$1" != --dirs ]; do
   ds="$1"; mp="$2"; shift 2
   names="$names $ds"
   echo "== mount $ds"
-  findmnt -n -P -o TARGET,SOURCE,FSTYPE,OPTIONS,ID,MAJ:MIN -T "$mp" 2>&1
+  fact_mount -T "$mp" TARGET,SOURCE,FSTYPE,OPTIONS,ID,MAJ:MIN
   echo "== marker $ds"
   cat -- "$mp/.gpu-fleet-store" 2>/dev/null
 done
 echo "== props"
 # shellcheck disable=SC2086 # $names: dataset names (no spaces), one argument each
-[ -n "$names" ] && zfs get -H -p -o name,property,value,source \
-  mountpoint,readonly,canmount,sharenfs,mounted,guid $names 2>/dev/null
+[ -n "$names" ] && fact_zfs_get mountpoint,readonly,canmount,sharenfs,mounted,guid $names
 [ "${1:-}" = --dirs ] && shift
 for d in "$@"; do
   echo "== dir $d"

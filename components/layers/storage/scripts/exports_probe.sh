@@ -2,11 +2,12 @@
 # What the NFS server really exports, read-only, with the stores' mounts as the kernel shows them.
 # $1 "ganesha" or "kernel", then "dataset mountpoint export_id" triples.
 # Sections: == mount <dataset>, == ganesha <id> (DisplayExport over DBus), == exportfs, == nfsd.
+# Calls fact_mount (components/facts/scripts/mounts.sh, sent ahead of this script).
 
 kind="$1"; shift
 while [ "$#" -gt 0 ]; do
   echo "== mount $1"
-  findmnt -n -P -o TARGET,SOURCE,FSTYPE,OPTIONS -T "$2" 2>&1
+  fact_mount -T "$2"
   if [ "$kind" = ganesha ]; then
     echo "== ganesha $3"
     dbus-send --system --print-reply --dest=org.ganesha.nfsd /org/ganesha/nfsd/ExportMgr \
