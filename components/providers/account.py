@@ -15,7 +15,8 @@ import pulumi
 from pulumi.dynamic import Resource
 
 from ..scripts import script
-from ..transport.command import Piece, sh
+from ..kit import sh
+from ..transport.command import Piece
 from .base import HostPrimitive, Observed, PlanRefused, Props, Step
 
 _PROBE = script(__file__, "account_probe.sh")

@@ -25,7 +25,8 @@ import pulumi
 from pulumi.dynamic import Resource
 
 from ..scripts import script
-from ..transport.command import Piece, sh
+from ..kit import sh
+from ..transport.command import Piece
 from .base import HostPrimitive, Observed, PlanRefused, Props, Step
 from .stored import store_text
 

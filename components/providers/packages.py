@@ -24,7 +24,8 @@ from pulumi.dynamic import DiffResult, Resource
 from ..facts import shell
 from ..facts.dpkg import parse_dpkg_status
 from ..scripts import script
-from ..transport.command import Piece, sh
+from ..kit import sh
+from ..transport.command import Piece
 from .base import HostPrimitive, Observed, PlanRefused, Props, Step, _entry, target_of
 
 APT_ENV = ["env", "DEBIAN_FRONTEND=noninteractive", "NEEDRESTART_MODE=a"]

@@ -23,7 +23,7 @@ from typing import Optional
 import pulumi
 from pulumi.dynamic import Resource
 
-from ..transport.command import sh
+from ..kit import sh
 from .base import Observed, Props, Step
 from .file import FileProvider
 

@@ -18,7 +18,8 @@ from pulumi.dynamic import CreateResult, DiffResult, Resource, UpdateResult
 from ..errors import FleetError
 from ..facts.systemd import parse_show
 from ..scripts import script
-from ..transport.command import Piece, sh
+from ..kit import sh
+from ..transport.command import Piece
 from .base import HostPrimitive, NotConverged, Observed, Props, Step, _entry, run_steps
 from .file import sha256_text, sha256sum_line, write_step
 

@@ -1,13 +1,13 @@
 """How a command reaches a host: OpenSSH, multiplexed, host keys verified, secrets masked."""
 
-from .command import MASK, Secret, display, mask, sh, shell_join
+from .command import MASK, Secret, display, mask, shell_join
 from .ssh import (
     AuthFailed, Connection, FanOutError, HostError, HostKeyMismatch, HostRemembered, HostUnreachable,
     Result, RunStopped, SshTarget, SudoPasswordRequired, connection, fan_out,
 )
 
 __all__ = [
-    "MASK", "Secret", "display", "mask", "sh", "shell_join", "AuthFailed", "Connection",
+    "MASK", "Secret", "display", "mask", "shell_join", "AuthFailed", "Connection",
     "FanOutError", "HostError", "HostKeyMismatch", "HostRemembered", "HostUnreachable", "Result",
     "RunStopped", "SshTarget", "SudoPasswordRequired", "connection", "fan_out",
 ]

@@ -58,8 +58,3 @@ def mask(text: str, secrets: Iterable[str]) -> str:
             if len(line) >= 8:
                 text = text.replace(line, MASK)
     return text
-
-
-def sh(script: str, *args: Piece) -> list[Piece]:
-    """argv for a small POSIX sh script; positional args arrive quoted as $1, $2, ..."""
-    return ["sh", "-c", script, "sh", *args]

@@ -27,7 +27,7 @@ from components.providers.base import PlanRefused
 from components.providers.payload import PayloadProvider, sha256_file
 from components.scripts import sections
 from components.transport import SshTarget
-from components.transport.command import sh
+from components.kit import sh
 from tests.unit import fakeconn
 from tests.unit.fakeconn import recorded
 from tests.unit.test_model_verify import hub_listing, model_tree

@@ -16,7 +16,7 @@ import pytest
 from components.layers.accounting import cluster_id, history
 from components.layers.accounting import component as accounting
 from components.layers.slurm import component as slurm_component
-from components.transport.command import sh
+from components.kit import sh
 
 RECONFIGURE = slurm_component._RECONFIGURE
 

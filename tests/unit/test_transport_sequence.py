@@ -17,7 +17,8 @@ import pytest
 
 from components.transport import MASK, HostError, HostUnreachable, Secret, SshTarget, ssh
 from components.transport import sequence
-from components.transport.command import Piece, sh
+from components.kit import sh
+from components.transport.command import Piece
 from components.transport.sequence import chunks, run_sequence, split_frames
 
 from . import fakeconn

@@ -31,7 +31,7 @@ from ...providers.base import Props, RolloutCheck, target_of
 from ...scripts import script
 from ..slurm.render import count_visible_gpus
 from ...transport import FanOutError, SshTarget, connection, fan_out
-from ...transport.command import sh
+from ...kit import sh
 
 _NODES_READY = script(__file__, "nodes_ready.sh")
 _JOB = script(__file__, "job.sh")

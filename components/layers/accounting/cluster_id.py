@@ -30,7 +30,8 @@ from ...errors import FleetError
 from ...providers.base import Props, RolloutCheck, _entry, target_of
 from ...scripts import script
 from ..slurm.render import SLURM_ETC, STATE_SAVE_LOCATION
-from ...transport import connection, sh
+from ...kit import sh
+from ...transport import connection
 
 STATE_FILE = f"{STATE_SAVE_LOCATION}/clustername"
 SLURM_CONF = f"{SLURM_ETC}/slurm.conf"

@@ -22,7 +22,6 @@ slurmrestd, and slurmrestd answers on its socket with a token minted on the host
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -33,6 +32,7 @@ from pulumi.dynamic import Resource
 from .history import AccountingHistory
 from . import firewall as fw
 from .cluster_id import ClusterIdAdoption
+from ...kit import after_of, sh, sha256
 from ...config import FleetConfig
 from ...errors import FleetError
 from ...hosts import conn_input
@@ -42,7 +42,7 @@ from ...providers.base import Props, RolloutCheck, target_of
 from ..slurm.render import HEADER
 from ..slurm.upgrades import SlurmPackagesProvider, own_packages
 from ...transport import connection
-from ...transport.command import Secret, sh
+from ...transport.command import Secret
 
 JWT_KEY = "/etc/slurm/jwt_hs256.key"
 RESTD_SOCKET_DIR = "/run/slurmrestd"
@@ -148,10 +148,6 @@ class AccountingCheck(Resource, module="slurm", name="AccountingCheck"):
                           "mariadb_listen": None, "restd_status": None}, opts)
 
 
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 @dataclass(frozen=True)
 class AccountingInputs:
     cfg: FleetConfig
@@ -199,7 +195,7 @@ class Accounting(pulumi.ComponentResource):
         a, s = cfg.accounting, cfg.slurm
         ctl = cfg.hosts.controller
         conn = conn_input(ctl, cfg.ssh, root)
-        after = lambda *deps: pulumi.ResourceOptions(parent=self, depends_on=[*deps])  # noqa: E731
+        after = after_of(self)
         restd_user = Account("restd-account", conn=conn, user=a.restd_user, uid=a.restd_uid,
                              gid=a.restd_uid, opts=after(*depends_on))
         rules = fw.render_ruleset(fw.allowed_sources(cfg))
@@ -222,13 +218,13 @@ class Accounting(pulumi.ComponentResource):
             verify=["test", "-d", f"{a.datadir}/mysql"], delete=["rm", "-rf", a.datadir],
             opts=after(cnf))
         mariadb = SystemdUnit("mariadb", conn=conn, unit="mariadb.service",
-                              triggers={"cnf": _sha(render_mariadb_cnf(cfg))}, opts=after(datadir))
+                              triggers={"cnf": sha256(render_mariadb_cnf(cfg), 16)}, opts=after(datadir))
         db_user = CommandWithVerify(
             "slurm-db-user", conn=conn, create=["sh", "-c", _DB_USER, "sh", a.database, a.db_user],
             create_stdin=db_password.apply(lambda pw: pw + "\n"),
             verify=["sh", "-c", 'mariadb -u root -N -e "SELECT 1 FROM mysql.user WHERE user=\'$1\'" | grep -q 1',
                     "sh", a.db_user],
-            triggers={"password": db_password.apply(_sha)}, opts=after(mariadb))
+            triggers={"password": db_password.apply(lambda t: sha256(t, 16))}, opts=after(mariadb))
         history = AccountingHistory("accounting-history", conn=conn, database=a.database,
                                           backup_dir=a.backup_dir, opts=after(db_user))
         key = File("jwt-key", conn=conn, path=JWT_KEY, content=jwt_key, mode="0600", owner="slurm",
@@ -236,11 +232,11 @@ class Accounting(pulumi.ComponentResource):
         dbd_conf = File("slurmdbd-conf", conn=conn, path="/etc/slurm/slurmdbd.conf",
                         content=db_password.apply(lambda pw: render_slurmdbd_conf(cfg, pw)),
                         mode="0600", owner="slurm", group="slurm", secret=True, opts=after(packages))
-        dbd_conf_sha = db_password.apply(lambda pw: _sha(render_slurmdbd_conf(cfg, pw)))
+        dbd_conf_sha = db_password.apply(lambda pw: sha256(render_slurmdbd_conf(cfg, pw), 16))
         dbd = SystemdUnit("slurmdbd", conn=conn, unit="slurmdbd.service",
                           dropins={"gpu-fleet-firewall.conf": fw.DBD_DROPIN},
                           triggers={"conf": dbd_conf_sha,
-                                    "jwt": jwt_key.apply(_sha)},
+                                    "jwt": jwt_key.apply(lambda t: sha256(t, 16))},
                           opts=after(db_user, history, key, dbd_conf))
         # slurmctld refuses to start while slurmdbd cannot serve (no TRES from the database).
         serving = CommandWithVerify(
@@ -253,7 +249,7 @@ class Accounting(pulumi.ComponentResource):
             "dbd-reachability", conn=conn, address=ctl.address,
             clients=[conn_input(n, cfg.ssh, root) for n in cfg.nodes if n.owner != "unreachable"],
             outsiders=[conn_input(h, cfg.ssh, root) for h in fw.outsiders(cfg)],
-            triggers={"rules": _sha(rules), "dbd": dbd_conf_sha},
+            triggers={"rules": sha256(rules, 16), "dbd": dbd_conf_sha},
             max_parallel=cfg.ssh.max_parallel, opts=after(serving))
         # Registered by us before slurmctld starts with accounting, so that a controller with
         # state of its own meets the DBD's ClusterID here and not as a fatal error at start.
@@ -270,10 +266,11 @@ class Accounting(pulumi.ComponentResource):
         # slurmrestd and the verification, once slurmctld runs.
         restd_unit = render_slurmrestd_unit(cfg)
         restd = SystemdUnit("slurmrestd", conn=conn, unit="slurmrestd.service",
-                            content=restd_unit, triggers={"jwt": jwt_key.apply(_sha)},
+                            content=restd_unit, triggers={"jwt": jwt_key.apply(lambda t: sha256(t, 16))},
                             opts=after(inputs.slurmctld))
         checked = AccountingCheck("accounting-check", conn=conn, user=a.restd_user,
-                                  triggers={"unit": _sha(restd_unit), "jwt": jwt_key.apply(_sha)},
+                                  triggers={"unit": sha256(restd_unit, 16),
+                                            "jwt": jwt_key.apply(lambda t: sha256(t, 16))},
                                   opts=after(restd))
         self.outputs = AccountingOutputs(ready=cluster_id, checked=checked, history=history,
                                          access=access, cluster_id=cluster_id)
@@ -283,7 +280,7 @@ class Accounting(pulumi.ComponentResource):
                       opts: pulumi.ResourceOptions) -> pulumi.Resource:
         """nftables (when the stack pins it), the validated ruleset, its unit, and the proof
         that the live table is the one loaded (refresh notices a flushed table)."""
-        after = lambda *deps: pulumi.ResourceOptions(parent=self, depends_on=[*deps])  # noqa: E731
+        after = after_of(self)
         prev = [*opts.depends_on]
         if cfg.accounting.nftables_version:
             prev = [PackageSet("dbd-firewall-packages", conn=conn,
@@ -292,6 +289,6 @@ class Accounting(pulumi.ComponentResource):
         rules_file = File("dbd-firewall-rules", conn=conn, path=fw.RULES_PATH, content=rules,
                           validate=["nft", "-c", "-f", "{}"], opts=after(*prev))
         unit = SystemdUnit("dbd-firewall", conn=conn, unit=fw.UNIT, content=fw.render_unit(),
-                           triggers={"rules": _sha(rules)}, opts=after(rules_file))
+                           triggers={"rules": sha256(rules, 16)}, opts=after(rules_file))
         return CommandWithVerify("dbd-firewall-loaded", conn=conn, create=["systemctl", "restart", fw.UNIT],
                                  verify=fw.VERIFY_LOADED, opts=after(unit))

@@ -15,13 +15,13 @@ drained stay drained (it never resumes a node; an admin does).
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import pulumi
 
+from ...kit import sha256
 from ...config import FleetConfig
 from ...hosts import conn_input
 from ...providers import CommandWithVerify, File, SystemdUnit
@@ -29,10 +29,6 @@ from ...providers.payload import Payload, sha256_file
 from .render import CONFIG, EVENT_LOG, GUARD, STATUS, UNIT, render_config, render_unit
 
 SOURCE = Path(__file__).with_name("guard.py")
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -73,12 +69,12 @@ class Guards(pulumi.ComponentResource):
             conf = File(f"{n.name}-guard-config", conn=conn, path=CONFIG, content=text, mode="0644", opts=after)
             # what restarts the guard: its code or its config changed (the unit's own text is
             # the SystemdUnit's content)
-            triggers = {"guard": guard_sha, "config": _sha(text)}
+            triggers = {"guard": guard_sha, "config": sha256(text, 16)}
             service = SystemdUnit(f"{n.name}-guard-unit", conn=conn, unit=UNIT, content=unit, triggers=triggers,
                                   opts=pulumi.ResourceOptions(parent=self, depends_on=[guard, conf]))
             checks[n.name] = CommandWithVerify(
                 f"{n.name}-guard-check", conn=conn, create=[*check, "--wait-s", wait], verify=check,
-                triggers={**triggers, "unit": _sha(unit)},
+                triggers={**triggers, "unit": sha256(unit, 16)},
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[service]))
         g = cfg.guards
         self.outputs = GuardsOutputs(checks=checks, summary={

@@ -27,6 +27,7 @@ from typing import Optional
 
 import pulumi
 
+from ...kit import after_of
 from ...admission import Gate
 from ...config import FleetConfig
 from ...hosts import conn_input
@@ -68,7 +69,7 @@ class K3sRetirement(pulumi.ComponentResource):
     def __init__(self, inputs: K3sRetirementInputs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("gpu-fleet:k3s:K3sRetirement", "k3s-retirement", None, opts)
         cfg, root, k = inputs.cfg, inputs.root, inputs.cfg.k3s_retirement
-        after = lambda *deps: pulumi.ResourceOptions(parent=self, depends_on=[*deps])  # noqa: E731
+        after = after_of(self)
         conn = {n.name: conn_input(n, cfg.ssh, root) for n in cfg.nodes}
         storage = conn_input(cfg.hosts.storage, cfg.ssh, root)
         retired = [n for n in cfg.nodes if n.name in k.retire]

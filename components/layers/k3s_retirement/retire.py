@@ -32,7 +32,8 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, Resou
 from ...errors import FleetError
 from ...providers.base import PlanRefused, Props, RolloutCheck, _entry, conn_change
 from ...scripts import script, sections
-from ...transport import Connection, FanOutError, SshTarget, connection, fan_out
+from ...kit import bash, connect
+from ...transport import Connection, FanOutError, SshTarget, fan_out
 from .bundle import (
     MARKER, MOUNT_ROOTS, Layout, count_problems, export_objects, host_paths_of, judge_audit,
     node_ready, object_name, parse_audit, parse_steps, parse_stopped, steps_for, stopped_problems,
@@ -52,18 +53,7 @@ _STOPPED = script(__file__, "stopped_probe.sh")
 _RESTORE = script(__file__, "restore.sh")
 _HOLDERS = script(__file__, "gpu_holders.sh")
 _SERVER_CHECK = script(__file__, "server_check.sh")
-def sh(text: str, *args: str) -> list[str]:
-    """argv for one of this layer's scripts (all bash: arrays, pipefail)."""
-    return ["bash", "-c", text, "bash", *args]
-
-
 _SHA = re.compile(r"gpu-fleet-sha256 ([0-9a-f]{64})")
-
-
-def _c(d: dict) -> Connection:
-    c = connection(SshTarget.from_dict(d))
-    c.connect()
-    return c
 
 
 def _layout(props: Props) -> Layout:
@@ -73,7 +63,7 @@ def _layout(props: Props) -> Layout:
 def ship(src: Connection, what: list[str], dst: Connection, dest: str) -> dict:
     """Stream one item from `src` (send.sh <kind> <args>) into `dest` on `dst`; both sides'
     SHA-256 must agree."""
-    s, d = src.pipe(sh(_SEND, *what), dst, sh(_RECEIVE, dest))
+    s, d = src.pipe(bash(_SEND, *what), dst, bash(_RECEIVE, dest))
     sent = _SHA.search(s.stderr)
     got = d.stdout.split()
     if not sent or len(got) != 2 or sent.group(1) != got[0]:
@@ -93,12 +83,12 @@ def _tar_existing(node: Connection, paths: list[str], storage: Connection, lay: 
 
 
 def put(storage: Connection, path: str, data: bytes) -> dict:
-    out = storage.run(sh(_RECEIVE, path), stdin=data, mutating=True).stdout.split()
+    out = storage.run(bash(_RECEIVE, path), stdin=data, mutating=True).stdout.split()
     return {"sha256": out[0], "size": int(out[1])}
 
 
 def put_once(storage: Connection, path: str, data: bytes) -> str:
-    return storage.run(sh(_ONCE, path), stdin=data, mutating=True).stdout.strip()
+    return storage.run(bash(_ONCE, path), stdin=data, mutating=True).stdout.strip()
 
 
 def kubectl(props: Props, *args: str) -> list[str]:
@@ -117,7 +107,7 @@ class K3sAuditProvider(RolloutCheck):
         return f"k3s-audit:{props['change_id']}"
 
     def run(self, props: Props) -> dict[str, Any]:
-        argv = sh(_AUDIT, props["gpu_prefix"], _HOLDERS, *props["units"])
+        argv = bash(_AUDIT, props["gpu_prefix"], _HOLDERS, *props["units"])
         targets = {n["conn"]["name"]: n for n in props["nodes"]}
 
         def probe(c: Connection) -> str:
@@ -167,7 +157,7 @@ class K3sPreserveProvider(ResourceProvider):
             return {"items": {}, "baseline": how}
         if step == "datastore":
             tmp = f"{p['datastore']}.gpu-fleet-backup-{props['change_id']}"
-            res = node.run(sh(_BACKUP, p["datastore"], tmp), mutating=True, timeout=1800)
+            res = node.run(bash(_BACKUP, p["datastore"], tmp), mutating=True, timeout=1800)
             facts = dict(line.split(" ", 1) for line in res.stdout.strip().splitlines() if " " in line)
             if facts.get("integrity") != "ok":
                 raise FleetError(f"host {n}: the online backup of {p['datastore']} fails its integrity check: "
@@ -196,7 +186,7 @@ class K3sPreserveProvider(ResourceProvider):
             if not (props["audit"] or {}).get("postgres"):
                 return {"items": {}, "proofs": {}}
             work = f"/var/tmp/gpu-fleet-k3s-{props['change_id']}"
-            res = node.run(sh(_PROOF, work, _COUNTS), mutating=True, timeout=3600)
+            res = node.run(bash(_PROOF, work, _COUNTS), mutating=True, timeout=3600)
             items, proofs = {}, {}
             for line in res.stdout.strip().splitlines():
                 d = json.loads(line)
@@ -217,10 +207,10 @@ class K3sPreserveProvider(ResourceProvider):
 
     def _state(self, props: Props, storage: Connection) -> tuple[Optional[dict], dict, Optional[str]]:
         lay = _layout(props)
-        return parse_steps(storage.run(sh(_STATE, lay.change, props["conn"]["name"]), mutating=False).stdout)
+        return parse_steps(storage.run(bash(_STATE, lay.change, props["conn"]["name"]), mutating=False).stdout)
 
     def _run(self, props: Props) -> Props:
-        node, storage = _c(props["conn"]), _c(props["storage"])
+        node, storage = connect(props["conn"]), connect(props["storage"])
         _, done, _ = self._state(props, storage)
         before = sorted(done)
         ran = []
@@ -290,10 +280,10 @@ class K3sSealProvider(RolloutCheck):
         return f"k3s-seal:{props['change_id']}"
 
     def run(self, props: Props) -> dict[str, Any]:
-        storage, lay = _c(props["conn"]), _layout(props)
+        storage, lay = connect(props["conn"]), _layout(props)
         sealed = {}
         for n, items in sorted(props["nodes"].items()):
-            lines = storage.run(sh(_ITEMS, lay.node(n)), mutating=False, timeout=3600).stdout.splitlines()
+            lines = storage.run(bash(_ITEMS, lay.node(n)), mutating=False, timeout=3600).stdout.splitlines()
             disk = {}
             for ln in lines:
                 sha, size, rel = ln.split(" ", 2)
@@ -327,14 +317,14 @@ class K3sSeal(Resource, module="k3s", name="Seal"):
 
 class K3sStopProvider(ResourceProvider):
     def _probe(self, node: Connection, props: Props) -> dict:
-        return parse_stopped(node.run(sh(_STOPPED, MARKER, props["gpu_prefix"], _HOLDERS, ":".join(MOUNT_ROOTS),
+        return parse_stopped(node.run(bash(_STOPPED, MARKER, props["gpu_prefix"], _HOLDERS, ":".join(MOUNT_ROOTS),
                                          *props["units"]), mutating=False).stdout)
 
     def _stop(self, props: Props) -> Props:
-        node = _c(props["conn"])
+        node = connect(props["conn"])
         if not props.get("sealed"):
             raise FleetError(f"host {node.t.name}: K3s {props['change_id']}: no sealed bundle; nothing is stopped")
-        node.run(sh(_STOP, MARKER, props["change_id"], ":".join(MOUNT_ROOTS), *props["units"]),
+        node.run(bash(_STOP, MARKER, props["change_id"], ":".join(MOUNT_ROOTS), *props["units"]),
                  mutating=True, timeout=int(props["timeout_s"]))
         seen = self._probe(node, props)
         bad = stopped_problems(seen, props["change_id"])
@@ -366,7 +356,7 @@ class K3sStopProvider(ResourceProvider):
 
     @_entry
     def read(self, id_: str, props: Props) -> ReadResult:
-        seen = self._probe(_c(props["conn"]), props)
+        seen = self._probe(connect(props["conn"]), props)
         return ReadResult(id_=id_, outs={**props, "stopped": not stopped_problems(seen, props["change_id"])})
 
     @_entry
@@ -395,11 +385,11 @@ def _wait(what: str, host: str, timeout_s: int, probe) -> Any:
 
 def restore(props: Props) -> dict:
     """The rollback of one node (see the module docstring); raises unless the node is back whole."""
-    node, storage, lay = _c(props["conn"]), _c(props["storage"]), _layout(props)
+    node, storage, lay = connect(props["conn"]), connect(props["storage"]), _layout(props)
     n, p, items, timeout = node.t.name, props["paths"], props["items"] or {}, int(props["timeout_s"])
     done: dict[str, Any] = {}
     if props["role"] == "server":
-        chk = sections(node.run(sh(_SERVER_CHECK, p["datastore"], p["token"]), mutating=False).stdout)
+        chk = sections(node.run(bash(_SERVER_CHECK, p["datastore"], p["token"]), mutating=False).stdout)
         want_token = (items.get("datastore/token") or {}).get("sha256")
         if want_token and chk.get("token", "").strip() != want_token:
             ship(storage, ["file", lay.item(n, "datastore/token")], node, p["token"])
@@ -416,9 +406,9 @@ def restore(props: Props) -> dict:
     services = (baseline.get("audit") or {}).get("services") or {}
     enable = [u for u in props["units"] if (services.get(u) or {}).get("enabled") == "enabled"]
     start = [u for u in props["units"] if (services.get(u) or {}).get("active") == "active"]
-    node.run(sh(_RESTORE, MARKER, ":".join(enable), ":".join(start), *props["units"]), mutating=True,
+    node.run(bash(_RESTORE, MARKER, ":".join(enable), ":".join(start), *props["units"]), mutating=True,
              timeout=timeout)
-    server = _c(props["server"])
+    server = connect(props["server"])
     if props["role"] == "server":
         _wait("the API server ready", n, timeout, lambda: (
             (r := server.run(kubectl(props, "get", "--raw", "/readyz"), mutating=False, check=False)).rc == 0,
@@ -446,7 +436,7 @@ def restore(props: Props) -> dict:
             (r := node.run(["runuser", "-u", "postgres", "--", "pg_isready"], mutating=False, check=False)).rc == 0,
             None, r.stdout.strip()))
         for db, proof in sorted(proofs.items()):
-            live = node.run(sh(_COUNTS, db), mutating=False, check=False)
+            live = node.run(bash(_COUNTS, db), mutating=False, check=False)
             if live.rc != 0:
                 work = f"/var/tmp/gpu-fleet-k3s-restore-{props['change_id']}"
                 node.run(["install", "-d", "-m", "0700", "-o", "postgres", "--", work], mutating=True)
@@ -455,7 +445,7 @@ def restore(props: Props) -> dict:
                           '--exit-on-error -d postgres -- "$1"', "sh", f"{work}/{db}.dump"], mutating=True,
                          timeout=3600)
                 node.run(["rm", "-rf", "--", work], mutating=True)
-                live = node.run(sh(_COUNTS, db), mutating=False)
+                live = node.run(bash(_COUNTS, db), mutating=False)
                 done[f"postgres/{db}"] = "restored from the bundle's dump"
             bad = count_problems(db, proof["source"], json.loads(live.stdout), "after the rollback")
             if bad:

@@ -32,12 +32,12 @@ from typing import Optional
 
 import pulumi
 
+from ...kit import after_of, sh
 from ...config import FleetConfig
 from ...errors import FleetError
 from ...hosts import conn_input
 from ...providers import CommandWithVerify, File, PackageSet, Payload, SystemdUnit
 from ...scripts import script, script_path
-from ...transport.command import sh
 from ..acceptance.gate import JobPaths
 from ..storage.component import StorageOutputs
 from .render import CONFIG, HOME, MANIFEST, TOKEN, UNIT, VENV, WHEELS, Places, render_config, render_unit
@@ -84,7 +84,7 @@ class ModelSnapshot(pulumi.ComponentResource):
         super().__init__("gpu-fleet:model:ModelSnapshot", "model-snapshot", None, opts)
         cfg, root, m = inputs.cfg, inputs.root, inputs.cfg.model_snapshot
         conn = conn_input(cfg.hosts.storage, cfg.ssh, root)
-        after = lambda *deps: pulumi.ResourceOptions(parent=self, depends_on=[*deps])  # noqa: E731
+        after = after_of(self)
         tarball = root / WHEELS_TARBALL
         if not tarball.is_file():
             raise FleetError(f"model snapshot: the downloader's wheels ({tarball}) are missing; run "

@@ -23,7 +23,7 @@ from ...errors import FleetError
 from ...providers.base import Props, RolloutCheck, _entry, target_of
 from ...scripts import script, sections
 from ...transport import FanOutError, SshTarget, connection, fan_out
-from ...transport.command import sh
+from ...kit import sh
 
 _PROBE = script(__file__, "snapshot_probe.sh")
 _FAILURE = script(__file__, "unit_failure.sh")

@@ -16,7 +16,6 @@ slurmctld waits on) and hands on (`SlurmOutputs`) are typed; `Fleet` wires them.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 import pulumi
@@ -24,6 +23,7 @@ import pulumi
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
+from ...kit import sha256
 from ...admission import Admission
 from ...config import FleetConfig, HostSpec
 from ...hosts import conn_input
@@ -47,10 +47,6 @@ ANSWER_WAIT_S = 60
 RELEASE_WAIT_S = 600
 
 
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def restart_key(slurm_conf: str, cgroup_conf: str, gres_conf: str) -> str:
     """What daemons cannot take through `scontrol reconfigure` (22.05): node and
     partition definitions, plugins (auth, accounting storage and gathering), cgroup.conf,
@@ -59,7 +55,7 @@ def restart_key(slurm_conf: str, cgroup_conf: str, gres_conf: str) -> str:
                   if line.startswith(("NodeName=", "PartitionName=", "SlurmctldHost=", "AuthType=",
                                       "AuthAltTypes=", "AccountingStorageType=", "JobAcctGatherType=",
                                       "SelectType", "GresTypes=", "ProctrackType=", "TaskPlugin="))]
-    return _sha("\n".join(structural) + cgroup_conf + gres_conf)[:16]
+    return sha256("\n".join(structural) + cgroup_conf + gres_conf, 16)
 
 
 @dataclass(frozen=True)
@@ -110,11 +106,11 @@ class SlurmCluster(pulumi.ComponentResource):
         confs = {"slurm.conf": self.slurm_conf, "cgroup.conf": self.cgroup_conf, "gres.conf": self.gres_conf}
         restart = pulumi.Output.all(self.slurm_conf, self.gres_conf).apply(
             lambda t: restart_key(t[0], self.cgroup_conf, t[1]))
-        conf_hash = self.slurm_conf.apply(lambda t: _sha(t)[:16])
+        conf_hash = self.slurm_conf.apply(lambda t: sha256(t, 16))
         # the daemons' restart trigger for a new key: 64 bits of the SHA-256 of 1024 random bytes
         # say nothing of the key, so in the clear (as a secret it was a ciphertext twice in
         # each daemon's state: ~0.6 KB a node, issue 16); the key itself stays a secret
-        key_hash = pulumi.Output.unsecret(munge_key.apply(lambda k: _sha(k)[:16]))
+        key_hash = pulumi.Output.unsecret(munge_key.apply(lambda k: sha256(k, 16)))
 
         ctl = cfg.hosts.controller
         self.packages = SlurmPackages(cfg, root, pulumi.ResourceOptions(parent=self), inputs.node_after)
@@ -208,7 +204,8 @@ class SlurmCluster(pulumi.ComponentResource):
         slurmctld = host_layer(ctl, {**s.release.controller_packages(), **jwt}, is_node=False)
         ctl_conn = conn_input(ctl, cfg.ssh, root)
         node_packages = {**s.release.node_packages(), **jwt}
-        packages_hash = _sha(repr(sorted(node_packages.items())))[:16]
+        packages_hash = sha256(repr(sorted(node_packages.items())), 16)
+
         canaries = [n for n in nodes if n.canary]
         rest = [n for n in nodes if not n.canary]
         for n in canaries:

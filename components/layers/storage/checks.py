@@ -27,7 +27,7 @@ from ...facts import shell
 from ...facts.mounts import parse_findmnt
 from ...scripts import script, sections
 from ...transport import FanOutError, SshTarget, connection, fan_out
-from ...transport.command import sh
+from ...kit import sh
 from .datasets import MARKER, marker_text
 from .parse import (
     judge_exports, judge_ganesha_export, judge_mounts, parse_exportfs_v, parse_ganesha_export,

@@ -26,13 +26,13 @@ and units; the datasets and their data are never destroyed.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import pulumi
 
+from ...kit import after_of, sha256
 from ...admission import Gate
 from ...config import FleetConfig
 from ...hosts import conn_input
@@ -48,10 +48,6 @@ from .render import (
 
 #: the data store's directory that jobs write into
 JOB_DIR = "jobs"
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -87,7 +83,7 @@ class Storage(pulumi.ComponentResource):
         cfg, root, st = inputs.cfg, inputs.root, inputs.cfg.storage
         host = cfg.hosts.storage
         conn = conn_input(host, cfg.ssh, root)
-        after = lambda *deps: pulumi.ResourceOptions(parent=self, depends_on=[*deps])  # noqa: E731
+        after = after_of(self)
         stores = {d: getattr(st, d) for d in DUTIES}
 
         datasets = ZfsDatasets(
@@ -106,7 +102,7 @@ class Storage(pulumi.ComponentResource):
         exports = ExportCheck(
             "storage-exports", conn=conn, server=st.server, clients=str(st.clients), stores=server_stores,
             layer=st.model_dump(mode="json"),
-            triggers={"conf": _sha(conf), "guids": datasets.guids, "mounts": datasets.mounts},
+            triggers={"conf": sha256(conf, 16), "guids": datasets.guids, "mounts": datasets.mounts},
             opts=after(*server))
 
         nodes = cfg.slurm_nodes()
@@ -136,7 +132,7 @@ class Storage(pulumi.ComponentResource):
                     for d, s in stores.items()],
             fstypes=["fuse.nfsfuse"] if st.client == "fuse-libnfs" else ["nfs", "nfs4"],
             job_dir=JOB_DIR, guids=datasets.guids, max_parallel=cfg.ssh.max_parallel,
-            triggers={"exports": exports.exported, "units": {d: _sha(t) for d, t in units.items()},
+            triggers={"exports": exports.exported, "units": {d: sha256(t, 16) for d, t in units.items()},
                       "mounts": datasets.mounts},
             opts=after(*mounts))
 
@@ -174,7 +170,7 @@ class Storage(pulumi.ComponentResource):
                          content=script_path(__file__, "ganesha_ready.sh").read_text(), opts=after(*prev))
             unit = SystemdUnit("storage-nfs-server", conn=conn, unit="nfs-ganesha.service",
                                dropins={"gpu-fleet-mounted.conf": render_ganesha_dropin(st)},
-                               triggers={"conf": _sha(conf)}, opts=after(check, conf_file, ready))
+                               triggers={"conf": sha256(conf, 16)}, opts=after(check, conf_file, ready))
             return [unit]
         exports = render_exports(st)
         exports_file = File("storage-exports-file", conn=conn, path=EXPORTS_FILE, content=exports,
@@ -183,5 +179,5 @@ class Storage(pulumi.ComponentResource):
                            dropins={"gpu-fleet-mounted.conf": render_nfs_server_dropin(st)},
                            opts=after(check, exports_file))
         reload = CommandWithVerify("storage-exportfs", conn=conn, create=["exportfs", "-ra"],
-                                   verify=["exportfs"], triggers={"exports": _sha(exports)}, opts=after(unit))
+                                   verify=["exportfs"], triggers={"exports": sha256(exports, 16)}, opts=after(unit))
         return [reload]

@@ -29,7 +29,8 @@ from ...facts import shell
 from ...facts.mounts import parse_findmnt
 from ...facts.zfs import parse_zfs_get, parse_zpool_list
 from ...scripts import script, sections
-from ...transport.command import Piece, sh
+from ...kit import sh
+from ...transport.command import Piece
 from .parse import pool_problem
 
 _PROBE = shell("mounts", "zfs") + script(__file__, "datasets_probe.sh")

@@ -15,7 +15,7 @@ from pulumi.dynamic import Resource
 from ...errors import FleetError
 from ...providers.base import Props, RolloutCheck
 from ...scripts import sections
-from .remote import CHECK, connect as _c, sh
+from .remote import CHECK, connect as _c, bash
 READS = ("/", "/api/nodes", "/api/partitions", "/api/jobs")
 #: what the gateway may answer a write: forbidden or not allowed, never anything it executed
 REFUSED = {"403", "405"}
@@ -74,7 +74,7 @@ class WebCheckProvider(RolloutCheck):
 
     def run(self, props: Props) -> dict[str, Any]:
         conn = _c(props["conn"])
-        seen = parse_check(conn.run(sh(CHECK, str(props["port"]), props.get("tailnet") or ""),
+        seen = parse_check(conn.run(bash(CHECK, str(props["port"]), props.get("tailnet") or ""),
                                     mutating=False).stdout)
         bad = check_problems(seen, int(props["port"]), list(props["slurm_nodes"]), props.get("tailnet"))
         if bad:

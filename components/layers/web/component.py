@@ -23,19 +23,19 @@ it pulled, the token and its user; Slurm and accounting keep running.
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
 import pulumi
 
+from ...kit import after_of, sha256
 from ...config import FleetConfig
 from ...hosts import conn_input
 from ...providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
 from .check import WebCheck
 from .container import WebContainer, WebImage, WebNetwork
-from .remote import HEALTH_SH, TOKEN_PROBE, TOKEN_SH, sh
+from .remote import HEALTH_SH, TOKEN_PROBE, TOKEN_SH, bash
 from .tailnet import TailnetBaseline, TailnetExposure
 from .render import (
     AGENT, COMPONENTS, CONTAINERS_CONF, GATEWAY, HEALTH_SCRIPT, HEALTH_TIMER, HEALTH_UNIT, INGRESS_NET,
@@ -43,9 +43,6 @@ from .render import (
     render_container_unit, render_containers_conf, render_health_timer, render_health_unit,
     render_registries_conf, render_token_timer, render_token_unit, secret_dir,
 )
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -84,7 +81,7 @@ class Web(pulumi.ComponentResource):
         ctl = cfg.hosts.controller
         conn = conn_input(ctl, cfg.ssh, inputs.root)
         n = ctl.name
-        after = lambda *deps: pulumi.ResourceOptions(parent=self, depends_on=[*deps])  # noqa: E731
+        after = after_of(self)
 
         # after accounting's packages (nftables): what this set records as added, and purges on
         # rollback, is then podman's own closure, never a library another layer installed with it
@@ -106,9 +103,9 @@ class Web(pulumi.ComponentResource):
         token_file = f"{secret_dir(AGENT)}/{TOKEN_FILE}"
         token = CommandWithVerify(
             f"{n}-web-token", conn=conn, create=["systemctl", "start", TOKEN_UNIT],
-            verify=sh(TOKEN_PROBE, token_file, w.token_user, str(w.gid), "30"),
+            verify=bash(TOKEN_PROBE, token_file, w.token_user, str(w.gid), "30"),
             delete=["rm", "-rf", secret_dir(AGENT)],
-            triggers={"unit": _sha(render_token_unit(cfg))}, opts=after(tunit, user, *inputs.after))
+            triggers={"unit": sha256(render_token_unit(cfg), 16)}, opts=after(tunit, user, *inputs.after))
         ttimer = SystemdUnit(f"{n}-web-token-timer", conn=conn, unit=TOKEN_TIMER, content=render_token_timer(cfg),
                              opts=after(token))
 
@@ -141,7 +138,7 @@ class Web(pulumi.ComponentResource):
         htimer = SystemdUnit(f"{n}-web-health-timer", conn=conn, unit=HEALTH_TIMER, content=render_health_timer(cfg),
                              opts=after(hunit, agent, gateway))
         check = WebCheck(f"{n}-web-check", conn=conn, port=w.port, slurm_nodes=[x.name for x in cfg.slurm_nodes()],
-                         triggers={c: _sha(u) for c, u in units.items()},
+                         triggers={c: sha256(u, 16) for c, u in units.items()},
                          tailnet=w.tailnet.address if w.tailnet else None, opts=after(gateway, htimer, ttimer, *([tailnet] if tailnet else [])))
         self.outputs = WebOutputs({AGENT: agent, GATEWAY: gateway}, check, tailnet)
         self.register_outputs({})

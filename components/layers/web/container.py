@@ -18,7 +18,7 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, Resou
 from ...errors import FleetError
 from ...providers.base import Props, _entry, conn_change
 from ...transport import Connection
-from .remote import LIFECYCLE, READBACK, connect as _c, sh
+from .remote import LIFECYCLE, READBACK, connect as _c, bash
 from .runtime import judge, parse_readback
 
 
@@ -169,11 +169,11 @@ class WebContainerProvider(WebProvider):
                 or not (olds.get("observed") or {}).get("running"))
 
     def _readback(self, conn: Connection, props: Props) -> dict[str, Any]:
-        return parse_readback(conn.run(sh(READBACK, props["name"], props["unit"]), mutating=False).stdout)
+        return parse_readback(conn.run(bash(READBACK, props["name"], props["unit"]), mutating=False).stdout)
 
     def _apply(self, props: Props) -> Props:
         conn = _c(props["conn"])
-        conn.run(sh(LIFECYCLE, "apply", props["unit"], props["name"], props["timer"], props["health"], props["lock"]),
+        conn.run(bash(LIFECYCLE, "apply", props["unit"], props["name"], props["timer"], props["health"], props["lock"]),
                  mutating=True, stdin=props["unit_content"].encode(), timeout=300)
         obs = self._readback(conn, props)
         problems = judge(props, obs)
@@ -198,7 +198,7 @@ class WebContainerProvider(WebProvider):
 
     @_entry
     def delete(self, _id: str, props: Props) -> None:
-        _c(props["conn"]).run(sh(LIFECYCLE, "remove", props["unit"], props["name"], props["timer"],
+        _c(props["conn"]).run(bash(LIFECYCLE, "remove", props["unit"], props["name"], props["timer"],
                                  props["health"], props["lock"]), mutating=True, timeout=300)
 
 

@@ -1,9 +1,11 @@
-"""The layer's host scripts (scripts/*.sh, all bash), loaded once, and how they are run."""
+"""The layer's host scripts (scripts/*.sh, all bash), loaded once; they run with kit.bash."""
 
 from __future__ import annotations
 
 from ...scripts import script, script_path
-from ...transport import Connection, SshTarget, connection
+from ...kit import bash, connect
+
+__all__ = ["CHECK", "HEALTH_SH", "LIFECYCLE", "READBACK", "TAILNET", "TOKEN_PROBE", "TOKEN_SH", "bash", "connect"]
 
 LIFECYCLE = script(__file__, "lifecycle.sh")
 READBACK = script(__file__, "readback.sh")
@@ -14,12 +16,3 @@ TAILNET = script(__file__, "tailnet.sh")
 TOKEN_SH = script_path(__file__, "token.sh").read_text(encoding="utf-8")
 HEALTH_SH = script_path(__file__, "health.sh").read_text(encoding="utf-8")
 
-
-def sh(text: str, *args: str) -> list[str]:
-    return ["bash", "-c", text, "bash", *args]
-
-
-def connect(d: dict) -> Connection:
-    c = connection(SshTarget.from_dict(d))
-    c.connect()
-    return c

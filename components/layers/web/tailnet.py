@@ -20,12 +20,12 @@ from pulumi.dynamic import CreateResult, ReadResult, Resource, UpdateResult
 
 from ...providers.base import Props, RolloutCheck, _entry
 from .container import WebProvider
-from .remote import TAILNET, connect, sh
+from .remote import TAILNET, connect, bash
 
 
 def _run(props: Props, action: str, mutating: bool) -> str:
     return connect(props["conn"]).run(
-        sh(TAILNET, action, f"{props['dir']}/{props['change_id']}", props["interface"], props["address"],
+        bash(TAILNET, action, f"{props['dir']}/{props['change_id']}", props["interface"], props["address"],
            str(props["port"]), props["gateway"]), mutating=mutating).stdout
 
 
