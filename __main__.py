@@ -5,7 +5,8 @@ from pathlib import Path
 import pulumi
 
 from components import sdk
-from components.config import load_stack_config, stack_file
+from components.config.load import load_stack_config
+from components.config.project import stack_file
 from components.errors import FleetError
 from components.fleet import Fleet, FleetSecrets
 from components.stack_secrets import optional_secret, required_secret

@@ -23,7 +23,8 @@ from typing import Mapping, Optional, Sequence
 
 import pulumi
 
-from .config import FleetConfig, NodeSpec
+from .config.fleet import FleetConfig
+from .config.hosts import NodeSpec
 
 #: why a node is never admitted whatever the gates say, by owner
 STATIC_REFUSALS = {

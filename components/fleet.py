@@ -23,7 +23,7 @@ from typing import Optional
 import pulumi
 
 from .admission import Admission, admit
-from .config import FleetConfig
+from .config.fleet import FleetConfig
 from .inventory import Inventory, fleet_summary
 from .layers.acceptance.component import Acceptance, AcceptanceInputs
 from .layers.acceptance.gate import JobPaths

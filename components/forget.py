@@ -40,7 +40,7 @@ from typing import Any, Iterable, Optional
 
 import yaml
 
-from .config import PROJECT
+from .config.project import PROJECT
 
 Resource = dict[str, Any]
 

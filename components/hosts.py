@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from .config import HostSpec, SshSpec
+from .config.hosts import HostSpec, SshSpec
 from .transport import SshTarget
 
 

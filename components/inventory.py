@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import pulumi
 
-from .config import FleetConfig
+from .config.fleet import FleetConfig
 
 
 @dataclass(frozen=True)

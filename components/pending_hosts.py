@@ -24,7 +24,7 @@ from typing import Optional
 
 import yaml
 
-from .config import PROJECT
+from .config.project import PROJECT
 from .forget import host_of, resources_of, stack_file
 
 OPS = ("up", "preview", "refresh", "destroy")

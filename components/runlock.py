@@ -31,7 +31,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Optional
 
-from .config import PROJECT
+from .config.project import PROJECT
 
 
 def backend_dir(env: dict) -> Optional[Path]:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 from typing import Callable, Optional
 
-from .config import PROJECT, stack_file
+from .config.project import PROJECT, stack_file
 from .errors import ConfigError
 
 #: key -> (generator, what it is)

@@ -133,7 +133,7 @@ def validate_stack(path: Path = STACK_FILE) -> None:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     try:
-        from components.config import parse_fleet_config
+        from components.config.load import parse_fleet_config
         from components.errors import ConfigError
     except ImportError:
         return

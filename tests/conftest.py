@@ -50,7 +50,7 @@ def canary_config() -> dict:
 @pytest.fixture
 def accounting_cfg():
     """The canary stack, parsed, with the accounting layer on."""
-    from components.config import parse_fleet_config
+    from components.config.load import parse_fleet_config
 
     raw = stack_config("canary")
     raw["gpu-fleet:accounting"] = {"enabled": True}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from components.config import parse_fleet_config
+from components.config.load import parse_fleet_config
 from components.hosts import conn_input
 from components.transport import SshTarget
 from components.transport.ssh import ssh_argv

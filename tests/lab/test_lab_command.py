@@ -17,7 +17,7 @@ import time
 import pytest
 import yaml
 
-from components.config import parse_fleet_config
+from components.config.load import parse_fleet_config
 from lab import nspawn
 from lab.hosts import BRIDGE, CGROUP_PARENT, lab_hosts
 from lab.repo import closure_names

@@ -10,7 +10,7 @@ import json
 import pulumi
 import pytest
 
-from components.config import parse_fleet_config
+from components.config.load import parse_fleet_config
 from components.fleet import Fleet, FleetSecrets
 from components.layers.model_snapshot import render
 from components.layers.model_snapshot.component import WHEELS_TARBALL

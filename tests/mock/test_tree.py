@@ -5,7 +5,7 @@ from __future__ import annotations
 import pulumi
 import pytest
 
-from components.config import parse_fleet_config
+from components.config.load import parse_fleet_config
 from components.fleet import Fleet
 
 

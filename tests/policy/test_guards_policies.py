@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.config import parse_fleet_config
+from components.config.load import parse_fleet_config
 from components.layers.guards import render
 from tests.conftest import stack_config
 

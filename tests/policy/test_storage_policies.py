@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from components.config import StorageLayer, parse_fleet_config
+from components.config.load import parse_fleet_config
+from components.layers.storage.config import StorageLayer
 from components.layers.storage import render
 from tests.conftest import stack_config
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.config import parse_fleet_config
+from components.config.load import parse_fleet_config
 from components.layers.slurm.render import render_cgroup_conf, render_gres_conf, render_slurm_conf
 from tests.conftest import fleet14, stack_config
 

@@ -9,7 +9,8 @@ import typing
 import pytest
 from pydantic import BaseModel
 
-from components.config import NOT_BUILT, FleetConfig, parse_fleet_config
+from components.config.fleet import FleetConfig, NOT_BUILT
+from components.config.load import parse_fleet_config
 from components.errors import ConfigError, FleetError
 from components.inventory import fleet_summary, host_records
 from components.stack_secrets import STACK_SECRETS, check_secret, db_password_problem, required_secret

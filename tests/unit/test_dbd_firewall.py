@@ -7,7 +7,7 @@ import ipaddress
 import pytest
 
 from components.layers.accounting import firewall as fw
-from components.config import parse_fleet_config
+from components.config.load import parse_fleet_config
 from components.errors import ConfigError
 from tests.conftest import fleet14, stack_config
 from tests.unit.test_slurm_render import check_golden

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from components.config import parse_fleet_config
+from components.config.load import parse_fleet_config
 from components.layers.gpu_runtime.baseline import (
     GpuExpectation, cuda_version_number, cuda_version_text, expectations, judge_fleet,
     judge_node, judge_stack, nvml_library_driver, pending_nodes,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from components.config import parse_fleet_config
+from components.config.load import parse_fleet_config
 from components.errors import ConfigError
 from components.layers.guards import guard, render
 from tests.conftest import stack_config

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from components.admission import decide
-from components.config import parse_fleet_config
+from components.config.load import parse_fleet_config
 from components.errors import ConfigError
 from components.layers.k3s_retirement.bundle import (
     MARKER, Layout, batches, count_problems, export_objects, host_paths_of, judge_audit, node_ready,

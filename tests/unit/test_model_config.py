@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from components.config import SECRET_KEYS, ModelSnapshotLayer, parse_fleet_config
+from components.config.load import parse_fleet_config
+from components.config.project import SECRET_KEYS
+from components.layers.model_snapshot.config import ModelSnapshotLayer
 from components.errors import ConfigError
 from components.stack_secrets import optional_secret
 from tests.unit.test_config import SRC, problems_of

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from components.config import parse_fleet_config
+from components.config.load import parse_fleet_config
 from components.layers.model_snapshot import render
 from components.layers.model_snapshot.render import Places, render_config, render_unit
 from tests.conftest import stack_config

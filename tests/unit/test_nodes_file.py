@@ -14,7 +14,8 @@ import json
 import pytest
 import yaml
 
-from components.config import ConfigError, parse_fleet_config
+from components.config.load import parse_fleet_config
+from components.errors import ConfigError
 from components.inventory import fleet_summary
 from tests.conftest import stack_config
 

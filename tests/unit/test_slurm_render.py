@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from components.config import parse_fleet_config
+from components.config.load import parse_fleet_config
 from components.layers.slurm.render import (
     count_visible_gpus, render_cgroup_conf, render_gres_conf, render_slurm_conf,
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.config import parse_fleet_config
+from components.config.load import parse_fleet_config
 from components.errors import ConfigError
 
 STORE = {"enabled": True, "clients": "192.0.2.0/24"}

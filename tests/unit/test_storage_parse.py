@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.config import parse_fleet_config
+from components.config.load import parse_fleet_config
 from components.facts.mounts import Mount, parse_findmnt
 from components.facts.zfs import parse_zfs_get, parse_zpool_list
 from components.layers.storage.parse import (

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from components.config import parse_fleet_config
+from components.config.load import parse_fleet_config
 from components.layers.slurm.render import HEADER
 from components.layers.storage.render import (
     EXPORT_IDS, MOUNTED_CHECK, PSEUDO, mount_unit_name, render_exports, render_ganesha_conf,

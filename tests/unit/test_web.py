@@ -11,7 +11,8 @@ import json
 
 import pytest
 
-from components.config import ConfigError, parse_fleet_config
+from components.config.load import parse_fleet_config
+from components.errors import ConfigError
 from components.layers.web import render
 from components.layers.web.check import check_problems, parse_check
 from components.layers.web.render import (

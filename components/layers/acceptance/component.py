@@ -17,7 +17,7 @@ from typing import Mapping, Optional, Sequence
 
 import pulumi
 
-from ...config import FleetConfig
+from ...config.fleet import FleetConfig
 from .gate import JobPaths, JobSpec
 from .job import CanaryJob
 

@@ -9,7 +9,7 @@ from typing import Mapping, Optional, Sequence
 
 import pulumi
 
-from ...config import FleetConfig
+from ...config.fleet import FleetConfig
 from ...hosts import conn_input
 from ..slurm.render import ACCEPTANCE_PARTITION
 from .job import CanaryJob

@@ -33,7 +33,7 @@ from .history import AccountingHistory
 from . import firewall as fw
 from .cluster_id import ClusterIdAdoption
 from ...kit import after_of, sh, sha256
-from ...config import FleetConfig
+from ...config.fleet import FleetConfig
 from ...errors import FleetError
 from ...hosts import conn_input
 from ...scripts import script

@@ -22,7 +22,8 @@ from typing import Optional
 import pulumi
 from pulumi.dynamic import Resource
 
-from ...config import FleetConfig, HostSpec
+from ...config.fleet import FleetConfig
+from ...config.hosts import HostSpec
 from ...errors import FleetError
 from ...providers.base import Props, RolloutCheck, target_of
 from ..slurm.render import HEADER

@@ -32,7 +32,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Union
 
-from ...config import FleetConfig, GpuRuntimeLayer, NodeSpec
+from ...config.fleet import FleetConfig
+from ...config.hosts import NodeSpec
+from .config import GpuRuntimeLayer
 
 PROBE_SCHEMA = "gpu-fleet/gpu-probe/1"
 Status = str  # "ok" | "failed" | "pending"

@@ -53,7 +53,9 @@ import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
 
 from ...admission import Gate
-from ...config import FleetConfig, GpuRuntimeLayer, NodeSpec
+from ...config.fleet import FleetConfig
+from ...config.hosts import NodeSpec
+from .config import GpuRuntimeLayer
 from ...errors import FleetError
 from .probe_source import probe_source
 from .baseline import (

@@ -22,7 +22,7 @@ from typing import Sequence
 import pulumi
 
 from ...kit import sha256
-from ...config import FleetConfig
+from ...config.fleet import FleetConfig
 from ...hosts import conn_input
 from ...providers import CommandWithVerify, File, SystemdUnit
 from ...providers.payload import Payload, sha256_file

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from ...config import FleetConfig
+from ...config.fleet import FleetConfig
 
 GUARD = "/opt/gpu-fleet/bin/gpu-fleet-guard"
 CONFIG = "/etc/gpu-fleet/guard.json"

@@ -29,7 +29,7 @@ import pulumi
 
 from ...kit import after_of
 from ...admission import Gate
-from ...config import FleetConfig
+from ...config.fleet import FleetConfig
 from ...hosts import conn_input
 from .bundle import batches
 from .retire import K3sAudit, K3sPreserve, K3sSeal, K3sStop

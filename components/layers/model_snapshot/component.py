@@ -33,7 +33,7 @@ from typing import Optional
 import pulumi
 
 from ...kit import after_of, sh
-from ...config import FleetConfig
+from ...config.fleet import FleetConfig
 from ...errors import FleetError
 from ...hosts import conn_input
 from ...providers import CommandWithVerify, File, PackageSet, Payload, SystemdUnit

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from ...config import FleetConfig
+from ...config.fleet import FleetConfig
 
 #: everything the layer installs on the storage host lives under here (removed by rollback)
 HOME = "/opt/gpu-fleet/model-snapshot"

@@ -25,7 +25,8 @@ from typing import Mapping, Optional, Sequence
 
 from ...kit import sha256
 from ...admission import Admission
-from ...config import FleetConfig, HostSpec
+from ...config.fleet import FleetConfig
+from ...config.hosts import HostSpec
 from ...hosts import conn_input
 from ...scripts import script
 from ...providers import Accounts, CommandWithVerify, File, Files, PackageSet, SystemdUnit

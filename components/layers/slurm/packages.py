@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 
 import pulumi
 
-from ...config import FleetConfig
+from ...config.fleet import FleetConfig
 from ...hosts import conn_input
 from ...providers import CommandWithVerify, File, SystemdUnit
 from ...scripts import script

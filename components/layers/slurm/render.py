@@ -13,7 +13,8 @@ K3s or unreachable are never added (components/admission.py).
 
 from __future__ import annotations
 
-from ...config import FleetConfig, NodeSpec
+from ...config.fleet import FleetConfig
+from ...config.hosts import NodeSpec
 
 ACCEPTANCE_PARTITION = "gpu-fleet-acceptance"
 SLURM_ETC = "/etc/slurm"

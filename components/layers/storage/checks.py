@@ -20,7 +20,7 @@ from typing import Any, Optional
 import pulumi
 from pulumi.dynamic import Resource
 
-from ...config import StorageLayer
+from .config import StorageLayer
 from ...errors import FleetError
 from ...providers.base import Props, RolloutCheck, target_of
 from ...facts import shell

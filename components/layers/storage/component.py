@@ -34,7 +34,7 @@ import pulumi
 
 from ...kit import after_of, sha256
 from ...admission import Gate
-from ...config import FleetConfig
+from ...config.fleet import FleetConfig
 from ...hosts import conn_input
 from ...providers import CommandWithVerify, File, PackageSet, SystemdUnit
 from ...scripts import script_path

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from ...config import StorageLayer
+from .config import StorageLayer
 from ...facts.mounts import Mount
 from .render import DUTIES, EXPORT_IDS, FUSE_FSTYPE, PSEUDO
 

@@ -15,7 +15,7 @@ FSAL VFS) where the kernel has no nfsd (the lab). Two client paths: `kernel` NFS
 
 from __future__ import annotations
 
-from ...config import StorageLayer, StoreSpec
+from .config import StorageLayer, StoreSpec
 from ..slurm.render import HEADER
 
 EXPORTS_FILE = "/etc/exports.d/gpu-fleet.exports"

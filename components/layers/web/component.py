@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 import pulumi
 
 from ...kit import after_of, sha256
-from ...config import FleetConfig
+from ...config.fleet import FleetConfig
 from ...hosts import conn_input
 from ...providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
 from .check import WebCheck

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from ...config import FleetConfig
+from ...config.fleet import FleetConfig
 
 AGENT, GATEWAY = "agent", "gateway"
 COMPONENTS = (AGENT, GATEWAY)

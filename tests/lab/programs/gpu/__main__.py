@@ -9,7 +9,8 @@ import json
 
 import pulumi
 
-from components.config import GpuRuntimeLayer, NodeSpec
+from components.config.hosts import NodeSpec
+from components.layers.gpu_runtime.config import GpuRuntimeLayer
 from components.layers.gpu_runtime.component import GpuRuntime
 
 cfg = pulumi.Config()
