@@ -30,13 +30,17 @@ fleet = Fleet(stack, cfg, Path(__file__).resolve().parent, secrets)
 pulumi.export("summary", fleet.summary)
 pulumi.export("admission", fleet.admission.output())
 if fleet.storage is not None:
-    pulumi.export("storage", fleet.storage.output())
+    for key, value in fleet.storage.exports().items():
+        pulumi.export(key, value)
 if fleet.gpu is not None:
-    pulumi.export("gpu", fleet.gpu.output())
+    for key, value in fleet.gpu.exports().items():
+        pulumi.export(key, value)
 if fleet.model is not None:
-    pulumi.export("modelSnapshot", fleet.model.output())
+    for key, value in fleet.model.exports().items():
+        pulumi.export(key, value)
 if fleet.k3s is not None:
-    pulumi.export("k3sRetirement", fleet.k3s.output())
+    for key, value in fleet.k3s.exports().items():
+        pulumi.export(key, value)
 if fleet.slurm is not None:
     pulumi.export("slurmNodes", fleet.slurm.admitted)
 if fleet.accounting is not None:

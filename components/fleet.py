@@ -25,6 +25,7 @@ import pulumi
 from .admission import Admission, admit
 from .config.fleet import FleetConfig
 from .inventory import Inventory, fleet_summary
+from .site import Site
 from .layers.acceptance.component import Acceptance, AcceptanceInputs
 from .layers.acceptance.gate import JobPaths
 from .layers.accounting.component import JWT_KEY, RESTD_SOCKET_DIR, Accounting, AccountingInputs
@@ -58,6 +59,8 @@ class Fleet(pulumi.ComponentResource):
         root = root or Path.cwd()
         child = pulumi.ResourceOptions(parent=self)
         self.cfg = cfg
+        site = Site(hosts=cfg.hosts, nodes=tuple(cfg.nodes), ssh=cfg.ssh, root=root,
+                    slurm_members=frozenset(m for p in cfg.slurm.partitions for m in p.nodes))
         self.inventory = Inventory(cfg, child)
         self.summary = fleet_summary(cfg)
 
@@ -65,8 +68,8 @@ class Fleet(pulumi.ComponentResource):
         gates = []
         job_paths = JobPaths()
         if cfg.storage.enabled:
-            self.storage = Storage(StorageInputs(cfg, root, models_writable=cfg.model_snapshot.enabled),
-                                   child).outputs
+            self.storage = Storage("storage", StorageInputs(
+                site=site, storage=cfg.storage, models_writable=cfg.model_snapshot.enabled), child).outputs
             gates.append(self.storage.gate)
             job_paths = self.storage.job_paths
         # K3s nodes: handed over once stopped with a sealed bundle; what the GPU and Slurm layers
@@ -74,12 +77,15 @@ class Fleet(pulumi.ComponentResource):
         self.k3s = None
         node_after: dict[str, list[pulumi.Resource]] = {}
         if cfg.k3s_retirement.enabled:
-            self.k3s = K3sRetirement(K3sRetirementInputs(cfg, root), child).outputs
+            self.k3s = K3sRetirement("k3s-retirement", K3sRetirementInputs(
+                site=site, k3s_retirement=cfg.k3s_retirement, gpu_device_prefix=cfg.slurm.gpu_device_prefix),
+                child).outputs
             gates.append(self.k3s.gate)
             node_after = {n: [r] for n, r in self.k3s.handed_over.items()}
         self.gpu = None
         if cfg.gpu_runtime.enabled:
-            self.gpu = GpuRuntime.for_stack(GpuRuntimeInputs(cfg, root, node_after=node_after), opts=child).outputs
+            self.gpu = GpuRuntime("gpu", GpuRuntimeInputs(
+                site=site, gpu_runtime=cfg.gpu_runtime, node_after=node_after), child).outputs
             gates.append(self.gpu.gate)
         self.admission: Admission = admit(cfg, gates)
         # the model downloads beside the Slurm rollout (it needs only the store); the final
@@ -87,8 +93,8 @@ class Fleet(pulumi.ComponentResource):
         self.model = None
         final_paths = job_paths
         if cfg.model_snapshot.enabled and self.storage is not None:
-            self.model = ModelSnapshot(ModelSnapshotInputs(cfg, root, self.storage, secrets.hf_token),
-                                       child).outputs
+            self.model = ModelSnapshot("model-snapshot", ModelSnapshotInputs(
+                site=site, model=cfg.model_snapshot, storage=self.storage, token=secrets.hf_token), child).outputs
             final_paths = self.model.job_paths
 
         self.slurm = self.accounting = self.acceptance = self.web = self.guards = None

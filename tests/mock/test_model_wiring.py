@@ -260,4 +260,4 @@ def test_the_stack_output(model_graph):
         assert out == {"manifestSha256": "ab" * 32, "checks": {"problems": []},
                        "download": {"ran_this_up": True}, "seenBy": None}
 
-    return fleet.model.output().apply(check)
+    return fleet.model.exports()["modelSnapshot"].apply(check)

@@ -44,28 +44,28 @@ def places_text(p: Places) -> str:
 # ---- golden ---------------------------------------------------------------------------------
 
 def test_golden_unit():
-    check_golden("model.gpu-fleet-model-download.service", render_unit(CFG))
+    check_golden("model.gpu-fleet-model-download.service", render_unit(CFG.model_snapshot, CFG.storage.models))
 
 
 @pytest.mark.parametrize("token, name", [(False, "model.model-snapshot.json"),
                                          (True, "model.model-snapshot.token.json")])
 def test_golden_config(token, name):
-    check_golden(name, render_config(CFG, token))
+    check_golden(name, render_config(CFG.model_snapshot, CFG.storage.models, token))
 
 
 def test_golden_places():
-    check_golden("model.places.json", places_text(Places.of(CFG)))
+    check_golden("model.places.json", places_text(Places.of(CFG.model_snapshot, CFG.storage.models)))
 
 
 # ---- contracts ------------------------------------------------------------------------------
 
 def test_places():
-    assert Places.of(CFG) == Places(
+    assert Places.of(CFG.model_snapshot, CFG.storage.models) == Places(
         stage=f"/srv/ai/models/.staging/org/tiny-model/{REV}",
         state=f"/srv/ai/models/.staging/org/tiny-model/{REV}.gpu-fleet",
         dest=f"/srv/ai/models/org/tiny-model/{REV}",
         client=f"/mnt/models/org/tiny-model/{REV}")
-    p = Places.of(OTHER)
+    p = Places.of(OTHER.model_snapshot, OTHER.storage.models)
     assert p.stage == f"/tank/m/partial/Other/Model-2/{'f' * 40}"
     assert p.dest == f"/tank/m/Other/Model-2/{'f' * 40}" and p.client == f"/mnt/m/Other/Model-2/{'f' * 40}"
 
@@ -74,7 +74,7 @@ def test_places():
 def test_staging_and_publish_are_on_the_models_dataset(cfg):
     """Publish is one rename: staging and the published path share the dataset's filesystem,
     and the state directory is not inside the tree that gets published."""
-    p, mp = Places.of(cfg), cfg.storage.models.mountpoint
+    p, mp = Places.of(cfg.model_snapshot, cfg.storage.models), cfg.storage.models.mountpoint
     assert p.stage.startswith(mp + "/") and p.dest.startswith(mp + "/") and p.state.startswith(mp + "/")
     assert not p.state.startswith(p.stage + "/") and not p.dest.startswith(p.stage + "/")
     assert p.client.removeprefix(cfg.storage.models.client_mount) == p.dest.removeprefix(mp)
@@ -82,9 +82,9 @@ def test_staging_and_publish_are_on_the_models_dataset(cfg):
 
 @pytest.mark.parametrize("cfg", [CFG, OTHER], ids=["canary", "other"])
 def test_config_contract(cfg):
-    m, p = cfg.model_snapshot, Places.of(cfg)
+    m, p = cfg.model_snapshot, Places.of(cfg.model_snapshot, cfg.storage.models)
     for token in (False, True):
-        body = json.loads(render_config(cfg, token))
+        body = json.loads(render_config(cfg.model_snapshot, cfg.storage.models, token))
         assert body["_comment"] == render.HEADER
         assert (body["repo_id"], body["revision"], body["endpoint"]) == (m.repo_id, m.revision, m.endpoint)
         assert (body["stage"], body["state"]) == (p.stage, p.state)
@@ -97,14 +97,14 @@ def test_config_contract(cfg):
 def test_the_config_never_holds_the_token(token):
     """The token is a separate 0600 file; the config, written in plain text, only names it
     (even a caller that passes the value itself gets just the path)."""
-    text = render_config(CFG, token)
+    text = render_config(CFG.model_snapshot, CFG.storage.models, token)
     assert TOKEN_VALUE not in text and "hf_" not in text
     assert json.loads(text)["token_file"] == (render.TOKEN if token else None)
 
 
 def test_config_is_stable():
-    assert render_config(CFG, True) == render_config(model_cfg(), True)
-    assert render_config(CFG, True) != render_config(CFG, False)
+    assert render_config(CFG.model_snapshot, CFG.storage.models, True) == render_config(model_cfg().model_snapshot, model_cfg().storage.models, True)
+    assert render_config(CFG.model_snapshot, CFG.storage.models, True) != render_config(CFG.model_snapshot, CFG.storage.models, False)
 
 
 def exec_starts(text: str) -> list[str]:
@@ -113,7 +113,7 @@ def exec_starts(text: str) -> list[str]:
 
 @pytest.mark.parametrize("cfg", [CFG, OTHER], ids=["canary", "other"])
 def test_unit_contract(cfg):
-    m, p, text = cfg.model_snapshot, Places.of(cfg), render_unit(cfg)
+    m, p, text = cfg.model_snapshot, Places.of(cfg.model_snapshot, cfg.storage.models), render_unit(cfg.model_snapshot, cfg.storage.models)
     assert text.startswith(f"# {render.HEADER}\n") and text.endswith("\n")
     lines = text.splitlines()
     assert "Type=oneshot" in lines and f"TimeoutStartSec={m.timeout_s}" in lines
@@ -133,4 +133,4 @@ def test_unit_contract(cfg):
 
 
 def test_unit_never_holds_the_token():
-    assert TOKEN_VALUE not in render_unit(CFG) and "hf_" not in render_unit(CFG)
+    assert TOKEN_VALUE not in render_unit(CFG.model_snapshot, CFG.storage.models) and "hf_" not in render_unit(CFG.model_snapshot, CFG.storage.models)

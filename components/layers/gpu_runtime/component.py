@@ -47,14 +47,13 @@ import posixpath
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
 
 from ...admission import Gate
-from ...config.fleet import FleetConfig
-from ...config.hosts import NodeSpec
+from ...site import Site
 from .config import GpuRuntimeLayer
 from ...errors import FleetError
 from .probe_source import probe_source
@@ -343,10 +342,10 @@ class GpuBaseline(Resource, module="gpu", name="GpuBaseline"):
 
 # ---- the component -------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GpuRuntimeInputs:
-    cfg: FleetConfig
-    root: Path
+    site: Site
+    gpu_runtime: GpuRuntimeLayer
     #: anything whose change must re-run the probes on `up`
     triggers: Optional[pulumi.Input[dict]] = None
     #: node -> what must be in place before the layer writes to it (a retired K3s node's stop)
@@ -361,9 +360,9 @@ class GpuRuntimeOutputs:
     #: the GPU baseline as an admission gate: it judges every reachable GPU node
     gate: Gate
 
-    def output(self) -> pulumi.Output[dict]:
-        return pulumi.Output.all(self.healthy_nodes, self.verdicts, self.problems).apply(
-            lambda t: {"healthyNodes": t[0], "verdicts": t[1], "problems": t[2]})
+    def exports(self) -> dict[str, pulumi.Input]:
+        return {"gpu": pulumi.Output.all(self.healthy_nodes, self.verdicts, self.problems).apply(
+            lambda t: {"healthyNodes": t[0], "verdicts": t[1], "problems": t[2]})}
 
 
 def _abs_dir(path: str, what: str) -> str:
@@ -379,20 +378,14 @@ class GpuRuntime(pulumi.ComponentResource):
     verdicts: pulumi.Output[dict]
     problems: pulumi.Output[list]
 
-    def __init__(self, name: str, nodes: Iterable[tuple[NodeSpec, dict]], layer: GpuRuntimeLayer, *,
-                 pynvml_dir: str = DEFAULT_PYNVML_DIR,
-                 probe_paths: Optional[Mapping[str, str]] = None,
-                 required_cgroup_controllers: Sequence[str] = (), require_ntp: bool = False,
-                 probe_timeout_s: int = DEFAULT_PROBE_TIMEOUT_S, max_parallel: int = 16,
-                 triggers: Optional[pulumi.Input[dict]] = None,
-                 node_after: Optional[Mapping[str, Sequence[pulumi.Resource]]] = None,
-                 opts: Optional[pulumi.ResourceOptions] = None):
-        """`nodes`: (NodeSpec, conn) pairs, conn from `components.hosts.conn_input`; nodes without
-        GPUs are ignored, `unreachable` ones are pending (no file, no probe). `probe_paths`
-        overrides the probe's kernel-fact paths (keys of PROBE_PATH_ARGS; only the lab's test
-        double needs it). `triggers`: anything whose change must re-run the probes on `up`."""
+    def __init__(self, name: str, inputs: GpuRuntimeInputs, opts: Optional[pulumi.ResourceOptions] = None):
+        """Every GPU node of the site; `unreachable` ones are pending (no file, no probe).
+        `probe_paths` overrides the probe's kernel-fact paths (only the lab's test double)."""
         super().__init__("gpu-fleet:gpu:GpuRuntime", name, None, opts)
-        pynvml_dir = _abs_dir(pynvml_dir, "pynvml_dir")
+        site, layer, node_after = inputs.site, inputs.gpu_runtime, inputs.node_after
+        probe_paths = {k: v for k, v in layer.probe_paths.model_dump().items() if v is not None}
+        nodes = [(n, site.conn(n)) for n in site.nodes if n.gpus]
+        pynvml_dir = _abs_dir(layer.pynvml_dir, "pynvml_dir")
         probe_args(probe_paths)  # reject bad paths before any resource is declared
         pinned = pinned_pynvml()
         gpu_nodes = [(n, c) for n, c in nodes if n.gpus is not None]
@@ -421,9 +414,9 @@ class GpuRuntime(pulumi.ComponentResource):
             pending=self.pending, driver_version=layer.driver_version,
             cuda_runtime=layer.cuda_runtime, pynvml_dir=pynvml_dir,
             pynvml_version=pinned.version, pynvml_sha256=pinned.sha256,
-            probe_paths=probe_paths, required_cgroup_controllers=required_cgroup_controllers,
-            require_ntp=require_ntp, probe_timeout_s=probe_timeout_s, max_parallel=max_parallel,
-            triggers=triggers,
+            probe_paths=probe_paths, required_cgroup_controllers=layer.required_cgroup_controllers,
+            require_ntp=layer.require_ntp, probe_timeout_s=layer.probe_timeout_s,
+            max_parallel=site.ssh.max_parallel, triggers=inputs.triggers,
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.files)))
 
         self.healthy_nodes = self.baseline.healthy_nodes
@@ -451,26 +444,3 @@ class GpuRuntime(pulumi.ComponentResource):
                                                      if d.get("verdict") != "ok"})))
         self.register_outputs({"healthy_nodes": self.healthy_nodes, "verdicts": self.verdicts,
                                "problems": self.problems, "pynvml": self.pynvml})
-
-    @classmethod
-    def for_stack(cls, inputs: "GpuRuntimeInputs", *,
-                  opts: Optional[pulumi.ResourceOptions] = None) -> "GpuRuntime":
-        """The layer for a stack: every GPU node of `cfg` with its connection. Optional config
-        fields (`gpu_runtime.probe_paths`, `.pynvml_dir`, `.required_cgroup_controllers`,
-        `.require_ntp`, `.probe_timeout_s`) are used when the config model has them."""
-        from ...hosts import conn_input
-
-        cfg, root, triggers = inputs.cfg, inputs.root, inputs.triggers
-        layer = cfg.gpu_runtime
-        extra: dict[str, Any] = {}
-        for field in ("pynvml_dir", "required_cgroup_controllers", "require_ntp", "probe_timeout_s"):
-            value = getattr(layer, field, None)
-            if value is not None:
-                extra[field] = value
-        paths = getattr(layer, "probe_paths", None)
-        if paths is not None:
-            dumped = paths.model_dump() if hasattr(paths, "model_dump") else dict(paths)
-            extra["probe_paths"] = {k: v for k, v in dumped.items() if v is not None}
-        return cls("gpu", [(n, conn_input(n, cfg.ssh, root)) for n in cfg.nodes if n.gpus],
-                   layer, max_parallel=cfg.ssh.max_parallel, triggers=triggers, node_after=inputs.node_after,
-                   opts=opts, **extra)

@@ -22,23 +22,25 @@ order: the server first, then the agents; the bundle and everything K3s had stay
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
 import pulumi
 
 from ...kit import after_of
 from ...admission import Gate
-from ...config.fleet import FleetConfig
-from ...hosts import conn_input
+from ...site import Site
 from .bundle import batches
+from .config import K3sRetirementLayer
 from .retire import K3sAudit, K3sPreserve, K3sSeal, K3sStop
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class K3sRetirementInputs:
-    cfg: FleetConfig
-    root: Path
+    site: Site
+    k3s_retirement: K3sRetirementLayer
+    #: where the nodes' GPU device files are (slurm.gpu_device_prefix): the audit and each
+    #: stop prove K3s released them
+    gpu_device_prefix: str
 
 
 @dataclass(frozen=True)
@@ -50,9 +52,9 @@ class K3sRetirementOutputs:
     preserves: dict[str, K3sPreserve]
     sealed: pulumi.Output[dict]
 
-    def output(self) -> pulumi.Output[dict]:
+    def exports(self) -> dict[str, pulumi.Input]:
         nodes = sorted(self.preserves)
-        return pulumi.Output.all(
+        return {"k3sRetirement": pulumi.Output.all(
             self.audit, self.sealed, self.gate.passed,
             *[pulumi.Output.all(self.preserves[n].done_before, self.preserves[n].ran, self.preserves[n].proofs)
               for n in nodes]).apply(lambda t: {
@@ -60,26 +62,26 @@ class K3sRetirementOutputs:
                 "preserve": {n: {"foundDone": d[0], "ran": d[1],
                                  "postgres": {db: {"tables": p["tables"], "rows": p["rows"]}
                                               for db, p in (d[2] or {}).items()}}
-                             for n, d in zip(nodes, t[3:])}})
+                             for n, d in zip(nodes, t[3:])}})}
 
 
 class K3sRetirement(pulumi.ComponentResource):
     """Audit, preserve with proof, seal, stop in batches (server last), hand over."""
 
-    def __init__(self, inputs: K3sRetirementInputs, opts: Optional[pulumi.ResourceOptions] = None):
-        super().__init__("gpu-fleet:k3s:K3sRetirement", "k3s-retirement", None, opts)
-        cfg, root, k = inputs.cfg, inputs.root, inputs.cfg.k3s_retirement
+    def __init__(self, name: str, inputs: K3sRetirementInputs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-fleet:k3s:K3sRetirement", name, None, opts)
+        site, k, gpu_prefix = inputs.site, inputs.k3s_retirement, inputs.gpu_device_prefix
         after = after_of(self)
-        conn = {n.name: conn_input(n, cfg.ssh, root) for n in cfg.nodes}
-        storage = conn_input(cfg.hosts.storage, cfg.ssh, root)
-        retired = [n for n in cfg.nodes if n.name in k.retire]
+        conn = {n.name: site.conn(n) for n in site.nodes}
+        storage = site.conn(site.hosts.storage)
+        retired = [n for n in site.nodes if n.name in k.retire]
         server = k.server
         agents = [n.name for n in retired if n.name != server]
         units = [k.server_unit, k.agent_unit]
 
         audit = K3sAudit(
-            "k3s-audit", conn=conn[server], change_id=k.change_id, gpu_prefix=cfg.slurm.gpu_device_prefix,
-            units=units, max_parallel=cfg.ssh.max_parallel,
+            "k3s-audit", conn=conn[server], change_id=k.change_id, gpu_prefix=gpu_prefix,
+            units=units, max_parallel=site.ssh.max_parallel,
             nodes=[{"conn": conn[n.name], "spec": {"cpus": n.cpus, "real_memory_mib": n.real_memory_mib,
                                                     "gpus": n.gpus.count if n.gpus else 0}} for n in retired],
             opts=after())
@@ -106,7 +108,7 @@ class K3sRetirement(pulumi.ComponentResource):
             p = preserves[name]
             props = {**common, "conn": conn[name], "role": role,
                      "units": [k.server_unit if role == "server" else k.agent_unit],
-                     "gpu_prefix": cfg.slurm.gpu_device_prefix, "ready_within_s": k.ready_within_s,
+                     "gpu_prefix": gpu_prefix, "ready_within_s": k.ready_within_s,
                      "audit": audit.audit.apply(lambda a: (a or {}).get(name)), "items": p.items,
                      "proofs": p.proofs, "sealed": seal.sealed.apply(lambda s: bool((s or {}).get(name)))}
             return K3sStop(f"{name}-k3s-stop", props=props, opts=after(seal, *deps))

@@ -33,13 +33,13 @@ from typing import Optional
 import pulumi
 
 from ...kit import after_of, sh
-from ...config.fleet import FleetConfig
 from ...errors import FleetError
-from ...hosts import conn_input
 from ...providers import CommandWithVerify, File, PackageSet, Payload, SystemdUnit
 from ...scripts import script, script_path
+from ...site import Site
 from ..acceptance.gate import JobPaths
 from ..storage.component import StorageOutputs
+from .config import ModelSnapshotLayer
 from .render import CONFIG, HOME, MANIFEST, TOKEN, UNIT, VENV, WHEELS, Places, render_config, render_unit
 from .snapshot import Snapshot, SnapshotView
 
@@ -56,11 +56,13 @@ def hub_version() -> str:
     return m.group(1)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelSnapshotInputs:
-    cfg: FleetConfig
-    root: Path
+    site: Site
+    model: ModelSnapshotLayer
+    #: the models store, its datasets and the nodes whose mounts passed
     storage: StorageOutputs
+    #: the hub token, where the model's repository needs one
     token: Optional[pulumi.Output[str]] = None
 
 
@@ -71,25 +73,25 @@ class ModelSnapshotOutputs:
     #: what the final acceptance job reads (the snapshot's marker) and must fail to write
     job_paths: JobPaths
 
-    def output(self) -> pulumi.Output[dict]:
+    def exports(self) -> dict[str, pulumi.Input]:
         s = self.snapshot
-        return pulumi.Output.all(s.manifest_sha256, s.checks, s.download, self.view.seen_by).apply(
-            lambda t: {"manifestSha256": t[0], "checks": t[1], "download": t[2], "seenBy": t[3]})
+        return {"modelSnapshot": pulumi.Output.all(s.manifest_sha256, s.checks, s.download, self.view.seen_by).apply(
+            lambda t: {"manifestSha256": t[0], "checks": t[1], "download": t[2], "seenBy": t[3]})}
 
 
 class ModelSnapshot(pulumi.ComponentResource):
     """The pinned model revision on the storage host's models store, seen by every node."""
 
-    def __init__(self, inputs: ModelSnapshotInputs, opts: Optional[pulumi.ResourceOptions] = None):
-        super().__init__("gpu-fleet:model:ModelSnapshot", "model-snapshot", None, opts)
-        cfg, root, m = inputs.cfg, inputs.root, inputs.cfg.model_snapshot
-        conn = conn_input(cfg.hosts.storage, cfg.ssh, root)
+    def __init__(self, name: str, inputs: ModelSnapshotInputs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-fleet:model:ModelSnapshot", name, None, opts)
+        site, m, models = inputs.site, inputs.model, inputs.storage.models
+        conn = site.conn(site.hosts.storage)
         after = after_of(self)
-        tarball = root / WHEELS_TARBALL
+        tarball = site.root / WHEELS_TARBALL
         if not tarball.is_file():
             raise FleetError(f"model snapshot: the downloader's wheels ({tarball}) are missing; run "
                              "`make setup` (it fetches them for the storage host)")
-        places = Places.of(cfg)
+        places = Places.of(m, models)
 
         first: list[pulumi.Resource] = [inputs.storage.datasets]
         if m.packages:
@@ -108,11 +110,11 @@ class ModelSnapshot(pulumi.ComponentResource):
                                     ("verify.py", Path(__file__).with_name("verify.py")),
                                     ("publish.sh", script_path(__file__, "publish.sh")))]
         files.append(File("model-downloader-config", conn=conn, path=CONFIG,
-                          content=render_config(cfg, inputs.token is not None), opts=after(venv)))
+                          content=render_config(m, models, inputs.token is not None), opts=after(venv)))
         if inputs.token is not None:
             files.append(File("model-downloader-token", conn=conn, path=TOKEN, content=inputs.token, mode="0600",
                               secret=True, opts=after(venv)))
-        unit_text = render_unit(cfg)
+        unit_text = render_unit(m, models)
         unit = SystemdUnit("model-downloader-unit", conn=conn, unit=UNIT, content=unit_text, enabled=False,
                            active=False, opts=after(*files))
         snapshot = Snapshot(
@@ -120,11 +122,11 @@ class ModelSnapshot(pulumi.ComponentResource):
             python=f"{VENV}/bin/python", verify=f"{HOME}/verify.py", stage=places.stage, state=places.state,
             dest=places.dest, manifest=f"{places.dest}/{MANIFEST}", marker=m.marker, timeout_s=m.timeout_s,
             triggers={"store": inputs.storage.datasets.guids}, opts=after(unit))
-        nodes = cfg.slurm_nodes()
+        nodes = site.slurm_nodes()
         view = SnapshotView(
-            "model-snapshot-view", conn=conn, nodes=[conn_input(n, cfg.ssh, root) for n in nodes],
+            "model-snapshot-view", conn=conn, nodes=[site.conn(n) for n in nodes],
             on=inputs.storage.clients.passed, path=places.client, marker=m.marker, files=snapshot.files,
-            max_parallel=cfg.ssh.max_parallel, triggers={"manifest": snapshot.manifest_sha256},
+            max_parallel=site.ssh.max_parallel, triggers={"manifest": snapshot.manifest_sha256},
             opts=after(snapshot, inputs.storage.clients))
         self.outputs = ModelSnapshotOutputs(
             snapshot=snapshot, view=view,

@@ -6,8 +6,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Union
 
-from ...config.fleet import FleetConfig
+from ..storage.config import StoreSpec
+from ..storage.stores import Store
+from .config import ModelSnapshotLayer
+
+#: the models store, as the config holds it or as the storage layer hands it on
+Models = Union[StoreSpec, Store]
 
 #: everything the layer installs on the storage host lives under here (removed by rollback)
 HOME = "/opt/gpu-fleet/model-snapshot"
@@ -32,17 +38,16 @@ class Places:
     client: str
 
     @classmethod
-    def of(cls, cfg: FleetConfig) -> "Places":
-        m, models = cfg.model_snapshot, cfg.storage.models
+    def of(cls, m: ModelSnapshotLayer, models: Models) -> "Places":
         rel = f"{m.repo_id}/{m.revision}"
         return cls(stage=f"{models.mountpoint}/{m.staging_dir}/{rel}",
                    state=f"{models.mountpoint}/{m.staging_dir}/{rel}.gpu-fleet",
                    dest=f"{models.mountpoint}/{rel}", client=f"{models.client_mount}/{rel}")
 
 
-def render_config(cfg: FleetConfig, token: bool) -> str:
+def render_config(m: ModelSnapshotLayer, models: Models, token: bool) -> str:
     """The downloader's config file (no secret: the token is a separate 0600 file)."""
-    m, p = cfg.model_snapshot, Places.of(cfg)
+    p = Places.of(m, models)
     body = {"repo_id": m.repo_id, "revision": m.revision, "endpoint": m.endpoint,
             "allow_patterns": list(m.allow_patterns), "max_workers": m.max_workers, "attempts": m.attempts,
             "expected_files": m.expected_files, "expected_bytes": m.expected_bytes,
@@ -51,8 +56,8 @@ def render_config(cfg: FleetConfig, token: bool) -> str:
     return json.dumps(body, indent=2, sort_keys=True) + "\n"
 
 
-def render_unit(cfg: FleetConfig) -> str:
-    m, p = cfg.model_snapshot, Places.of(cfg)
+def render_unit(m: ModelSnapshotLayer, models: Models) -> str:
+    p = Places.of(m, models)
     py = f"{VENV}/bin/python"
     return "\n".join([
         f"# {HEADER}",
@@ -62,7 +67,7 @@ def render_unit(cfg: FleetConfig) -> str:
         f"Description=gpu-fleet model snapshot {m.repo_id}@{m.revision}",
         "Wants=network-online.target",
         "After=network-online.target",
-        f"RequiresMountsFor={cfg.storage.models.mountpoint}",
+        f"RequiresMountsFor={models.mountpoint}",
         "",
         "[Service]",
         "Type=oneshot",
@@ -72,7 +77,7 @@ def render_unit(cfg: FleetConfig) -> str:
         "PrivateTmp=yes",
         "ProtectHome=yes",
         "ProtectSystem=strict",
-        f"ReadWritePaths={cfg.storage.models.mountpoint} /run",
+        f"ReadWritePaths={models.mountpoint} /run",
         "CapabilityBoundingSet=CAP_CHOWN CAP_FOWNER CAP_DAC_OVERRIDE CAP_FSETID",
         f"ExecStart={py} {HOME}/download.py {CONFIG}",
         f"ExecStart={py} {HOME}/verify.py manifest --root {p.stage} --expected {p.state}/expected.json "

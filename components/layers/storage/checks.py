@@ -29,6 +29,7 @@ from ...scripts import script, sections
 from ...transport import FanOutError, SshTarget, connection, fan_out
 from ...kit import sh
 from .datasets import MARKER, marker_text
+from .stores import Store
 from .parse import (
     judge_exports, judge_ganesha_export, judge_mounts, parse_exportfs_v, parse_ganesha_export,
     parse_proc_nfsd_exports,
@@ -45,16 +46,17 @@ def judge_server(props: Props, stdout: str) -> tuple[dict, list[str]]:
     """Pure: the storage host's probe -> (facts, failures), judged by parse.py's judges."""
     sec = sections(stdout)
     st = StorageLayer.model_validate(props["layer"])
+    stores = [Store.from_export_input(s) for s in props["stores"]]
     fails, facts = [], {}
-    for s in props["stores"]:
-        mounts = parse_findmnt(sec.get(f"mount {s['dataset']}", ""))
-        fails += judge_mounts(st, s["duty"], mounts[0] if mounts else None, "server")
+    for s in stores:
+        mounts = parse_findmnt(sec.get(f"mount {s.dataset}", ""))
+        fails += judge_mounts(st, s.duty, mounts[0] if mounts else None, "server")
     if props["server"] == "ganesha":
-        for s in props["stores"]:
-            e = parse_ganesha_export(sec.get(f"ganesha {s['export_id']}", ""))
+        for s in stores:
+            e = parse_ganesha_export(sec.get(f"ganesha {s.export_id}", ""))
             if e is not None:
-                facts[s["duty"]] = {"path": e.path, "pseudo": e.pseudo, "clients": list(e.clients)}
-            fails += judge_ganesha_export(st, s["duty"], e)
+                facts[s.duty] = {"path": e.path, "pseudo": e.pseudo, "clients": list(e.clients)}
+            fails += judge_ganesha_export(st, s.duty, e)
     else:
         exported = parse_exportfs_v(sec.get("exportfs", ""))
         facts = {"exportfs": {p: {c: sorted(o) for c, o in cl.items()} for p, cl in exported.items()},
@@ -70,7 +72,8 @@ class ExportCheckProvider(RolloutCheck):
     def run(self, props: Props) -> dict[str, Any]:
         conn = connection(target_of(props))
         conn.connect()
-        triples = [x for s in props["stores"] for x in (s["dataset"], s["mountpoint"], str(s["export_id"]))]
+        triples = [x for s in map(Store.from_export_input, props["stores"])
+                   for x in (s.dataset, s.mountpoint, str(s.export_id))]
         res = conn.run(sh(_EXPORTS, props["server"], *triples), mutating=False, check=False)
         facts, fails = judge_server(props, res.stdout)
         if fails:
@@ -83,33 +86,34 @@ class ExportCheckProvider(RolloutCheck):
 class ExportCheck(Resource, module="storage", name="ExportCheck"):
     exported: pulumi.Output[dict]
 
-    def __init__(self, name: str, *, conn: dict, server: str, clients: str, stores: list[dict],
-                 layer: dict, triggers: pulumi.Input[dict], opts: Optional[pulumi.ResourceOptions] = None):
+    def __init__(self, name: str, *, conn: dict, layer: StorageLayer, stores: list[Store],
+                 triggers: pulumi.Input[dict], opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__(ExportCheckProvider(), name,
-                         {"conn": conn, "server": server, "clients": clients, "stores": stores,
-                          "layer": layer, "triggers": triggers, "exported": None}, opts)
+                         {"conn": conn, "server": layer.server, "clients": str(layer.clients),
+                          "stores": [s.export_input() for s in stores],
+                          "layer": layer.model_dump(mode="json"), "triggers": triggers, "exported": None}, opts)
 
 
 def judge_client(props: Props, stdout: str, guids: dict) -> list[str]:
     """Pure: one node's probe -> every failed check, as a sentence."""
     sec = sections(stdout)
     fails = []
-    for s in props["stores"]:
-        mp = s["client_mount"]
+    for s in map(Store.from_client_input, props["stores"]):
+        mp = s.client_mount
         mounts = parse_findmnt(sec.get(f"mount {mp}", ""))
         if not mounts:
             fails.append(f"{mp} is not mounted (findmnt -M shows nothing)")
             continue
         m = mounts[0]
-        if m.source != s["source"] or m.fstype not in props["fstypes"]:
-            fails.append(f"{mp} is {m.source} ({m.fstype}), expected {s['source']} ({' or '.join(props['fstypes'])})")
-        mode = "ro" if s["duty"] == "models" else "rw"
+        if m.source != s.source or m.fstype not in props["fstypes"]:
+            fails.append(f"{mp} is {m.source} ({m.fstype}), expected {s.source} ({' or '.join(props['fstypes'])})")
+        mode = "ro" if s.duty == "models" else "rw"
         if mode not in m.options:
             fails.append(f"{mp} is mounted {','.join(m.options)}, expected {mode}")
-        want = marker_text(s["dataset"], guids.get(s["dataset"]))
+        want = marker_text(s.dataset, guids.get(s.dataset))
         got = sec.get(f"marker {mp}", "").strip()
         if got != want:
-            fails.append(f"{mp}/{MARKER} reads {got[:120]!r}, expected {want!r}: the mount is not {s['dataset']}")
+            fails.append(f"{mp}/{MARKER} reads {got[:120]!r}, expected {want!r}: the mount is not {s.dataset}")
     models = sec.get("models-write", "").strip()
     if not models.startswith("refused") or "Read-only file system" not in models:
         fails.append(f"a write into the models mount was {models[:200] or 'not tried'} "
@@ -131,8 +135,8 @@ class ClientCheckProvider(RolloutCheck):
         return "storage-clients"
 
     def run(self, props: Props) -> dict[str, Any]:
-        models = next(s["client_mount"] for s in props["stores"] if s["duty"] == "models")
-        data = next(s["client_mount"] for s in props["stores"] if s["duty"] == "data")
+        mount = {s.duty: s.client_mount for s in map(Store.from_client_input, props["stores"])}
+        models, data = mount["models"], mount["data"]
         argv = sh(_CLIENT, models, data, props["job_dir"])
 
         def probe(c):
@@ -153,12 +157,13 @@ class ClientCheck(Resource, module="storage", name="ClientCheck"):
     passed: pulumi.Output[list]
     reasons: pulumi.Output[dict]
 
-    def __init__(self, name: str, *, conn: dict, nodes: list[dict], stores: list[dict], fstypes: list[str],
+    def __init__(self, name: str, *, conn: dict, nodes: list[dict], stores: list[Store], fstypes: list[str],
                  job_dir: str, guids: pulumi.Input[dict], max_parallel: int, triggers: pulumi.Input[dict],
                  opts: Optional[pulumi.ResourceOptions] = None):
         """`conn`: the storage host's (names the check); `nodes`: every Slurm node's conn."""
         super().__init__(ClientCheckProvider(), name,
-                         {"conn": conn, "nodes": nodes, "stores": stores, "fstypes": fstypes,
+                         {"conn": conn, "nodes": nodes, "stores": [s.client_input() for s in stores],
+                          "fstypes": fstypes,
                           "job_dir": job_dir, "guids": guids, "max_parallel": max_parallel,
                           "triggers": {**triggers, "guids": guids}, "passed": None, "reasons": None},
                          opts)

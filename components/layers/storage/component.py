@@ -27,33 +27,33 @@ and units; the datasets and their data are never destroyed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional
 
 import pulumi
 
 from ...kit import after_of, sha256
 from ...admission import Gate
-from ...config.fleet import FleetConfig
-from ...hosts import conn_input
 from ...providers import CommandWithVerify, File, PackageSet, SystemdUnit
 from ...scripts import script_path
+from ...site import Site
 from ..acceptance.gate import JobPaths
 from .checks import ClientCheck, ExportCheck
+from .config import StorageLayer
 from .datasets import MARKER, ZfsDatasets
 from .render import (
-    DUTIES, EXPORT_IDS, EXPORTS_FILE, GANESHA_CONF, GANESHA_READY, MOUNTED_CHECK, PSEUDO, render_exports,
-    render_ganesha_conf, render_ganesha_dropin, render_mount_unit, render_nfs_server_dropin,
+    EXPORTS_FILE, GANESHA_CONF, GANESHA_READY, MOUNTED_CHECK, render_exports, render_ganesha_conf,
+    render_ganesha_dropin, render_mount_unit, render_nfs_server_dropin,
 )
+from .stores import Store, stores as stores_of
 
 #: the data store's directory that jobs write into
 JOB_DIR = "jobs"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StorageInputs:
-    cfg: FleetConfig
-    root: Path
+    site: Site
+    storage: StorageLayer
     #: a layer writes into the models dataset on the storage host (the model snapshot
     #: layer's staging and publish): it stays read-only for the nodes, through the export
     models_writable: bool = False
@@ -66,72 +66,62 @@ class StorageOutputs:
     #: what the acceptance job reads, writes and must fail to write
     job_paths: JobPaths
     datasets: ZfsDatasets
-    exports: ExportCheck
+    served: ExportCheck
     clients: ClientCheck
+    #: the models store: the model snapshot layer publishes into it on the storage host
+    models: Store
 
-    def output(self) -> pulumi.Output[dict]:
-        return pulumi.Output.all(self.datasets.guids, self.exports.exported, self.clients.passed,
-                                 self.clients.reasons).apply(
-            lambda t: {"guids": t[0], "exported": t[1], "mountedOn": t[2], "refused": t[3]})
+    def exports(self) -> dict[str, pulumi.Input]:
+        return {"storage": pulumi.Output.all(self.datasets.guids, self.served.exported, self.clients.passed,
+                                             self.clients.reasons).apply(
+            lambda t: {"guids": t[0], "exported": t[1], "mountedOn": t[2], "refused": t[3]})}
 
 
 class Storage(pulumi.ComponentResource):
     """The stores on the storage host and their mounts on every Slurm node."""
 
-    def __init__(self, inputs: StorageInputs, opts: Optional[pulumi.ResourceOptions] = None):
-        super().__init__("gpu-fleet:storage:Storage", "storage", None, opts)
-        cfg, root, st = inputs.cfg, inputs.root, inputs.cfg.storage
-        host = cfg.hosts.storage
-        conn = conn_input(host, cfg.ssh, root)
+    def __init__(self, name: str, inputs: StorageInputs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-fleet:storage:Storage", name, None, opts)
+        site, st = inputs.site, inputs.storage
+        host = site.hosts.storage
+        conn = site.conn(host)
         after = after_of(self)
-        stores = {d: getattr(st, d) for d in DUTIES}
+        stores = stores_of(st, server=host.address, models_writable=inputs.models_writable)
 
-        datasets = ZfsDatasets(
-            "storage-datasets", conn=conn, pool=st.pool,
-            datasets=[{"duty": d, "name": s.dataset, "mountpoint": s.mountpoint,
-                       "properties": {"mountpoint": s.mountpoint, "canmount": "on", "sharenfs": "off",
-                                      "readonly": "on" if d == "models" and not inputs.models_writable
-                                                  else "off"}}
-                      for d, s in stores.items()],
-            data_dirs=list(st.data_dirs), opts=after())
-        server = self._server(cfg, conn, datasets, after)
+        datasets = ZfsDatasets("storage-datasets", conn=conn, pool=st.pool, stores=stores,
+                               data_dirs=list(st.data_dirs), opts=after())
+        server = self._server(st, conn, datasets, after)
 
-        server_stores = [{"duty": d, "dataset": s.dataset, "mountpoint": s.mountpoint,
-                          "export_id": EXPORT_IDS[d], "pseudo": PSEUDO[d]} for d, s in stores.items()]
         conf = render_ganesha_conf(st) if st.server == "ganesha" else render_exports(st)
         exports = ExportCheck(
-            "storage-exports", conn=conn, server=st.server, clients=str(st.clients), stores=server_stores,
-            layer=st.model_dump(mode="json"),
+            "storage-exports", conn=conn, layer=st, stores=stores,
             triggers={"conf": sha256(conf, 16), "guids": datasets.guids, "mounts": datasets.mounts},
             opts=after(*server))
 
-        nodes = cfg.slurm_nodes()
+        nodes = site.slurm_nodes()
         mounts: list[pulumi.Resource] = []
         units = {}
         for n in nodes:
-            nconn = conn_input(n, cfg.ssh, root)
+            nconn = site.conn(n)
             prev: list[pulumi.Resource] = [exports]
             if st.client_packages:
                 prev = [PackageSet(f"{n.name}-storage-client-packages", conn=nconn,
                                    packages=dict(st.client_packages), hold=True, opts=after(exports))]
-            for d in DUTIES:
+            for s in stores:
+                d = s.duty
                 unit, text = render_mount_unit(st, d, host.address)
                 units[d] = text
                 # ganesha's FSAL VFS file handles carry the exported mount's device: once a store
                 # is mounted again (the pool re-imported, a reboot), every client's handles are
                 # stale, so its mounts are made again. Kernel nfsd's handles survive that.
-                remount = ({"store": datasets.mounts.apply(lambda m, ds=stores[d].dataset: (m or {}).get(ds))}
+                remount = ({"store": datasets.mounts.apply(lambda m, ds=s.dataset: (m or {}).get(ds))}
                            if st.server == "ganesha" else {})
                 mounts.append(SystemdUnit(f"{n.name}-{d}-mount", conn=nconn, unit=unit, content=text,
                                           triggers=remount, opts=after(*prev)))
-        source = {d: f"{host.address}:{PSEUDO[d] if st.client == 'fuse-libnfs' else stores[d].mountpoint}"
-                  for d in DUTIES}
         clients = ClientCheck(
-            "storage-clients", conn=conn, nodes=[conn_input(n, cfg.ssh, root) for n in nodes],
-            stores=[{"duty": d, "dataset": s.dataset, "client_mount": s.client_mount, "source": source[d]}
-                    for d, s in stores.items()],
+            "storage-clients", conn=conn, nodes=[site.conn(n) for n in nodes], stores=stores,
             fstypes=["fuse.nfsfuse"] if st.client == "fuse-libnfs" else ["nfs", "nfs4"],
-            job_dir=JOB_DIR, guids=datasets.guids, max_parallel=cfg.ssh.max_parallel,
+            job_dir=JOB_DIR, guids=datasets.guids, max_parallel=site.ssh.max_parallel,
             triggers={"exports": exports.exported, "units": {d: sha256(t, 16) for d, t in units.items()},
                       "mounts": datasets.mounts},
             opts=after(*mounts))
@@ -150,12 +140,12 @@ class Storage(pulumi.ComponentResource):
             job_paths=JobPaths(marker=f"{st.models.client_mount}/{MARKER}",
                                job_root=f"{st.data.client_mount}/{JOB_DIR}",
                                readonly_probe=st.models.client_mount),
-            datasets=datasets, exports=exports, clients=clients)
+            datasets=datasets, served=exports, clients=clients,
+            models=next(s for s in stores if s.duty == "models"))
         self.register_outputs({})
 
-    def _server(self, cfg: FleetConfig, conn: dict, datasets: pulumi.Resource, after) -> list[pulumi.Resource]:
+    def _server(self, st: StorageLayer, conn: dict, datasets: pulumi.Resource, after) -> list[pulumi.Resource]:
         """The NFS server, after the datasets; its unit refuses to start on an unmounted store."""
-        st = cfg.storage
         prev: list[pulumi.Resource] = [datasets]
         if st.server_packages:
             prev = [PackageSet("storage-server-packages", conn=conn, packages=dict(st.server_packages),

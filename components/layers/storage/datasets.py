@@ -32,6 +32,7 @@ from ...scripts import script, sections
 from ...kit import sh
 from ...transport.command import Piece
 from .parse import pool_problem
+from .stores import Store
 
 _PROBE = shell("mounts", "zfs") + script(__file__, "datasets_probe.sh")
 _MARKER = shell("mounts") + script(__file__, "marker.sh")
@@ -53,8 +54,8 @@ def parse_datasets(props: Props, stdout: str) -> Observed:
     pools = parse_zpool_list(sec.get("pool", ""))
     zfs = parse_zfs_get(sec.get("props", ""))
     stores = {}
-    for s in props["datasets"]:
-        ds = s["name"]
+    for s in _stores(props):
+        ds = s.dataset
         mounts = parse_findmnt(sec.get(f"mount {ds}", ""))
         m = mounts[0] if mounts else None
         got = zfs.get(ds, {})
@@ -71,9 +72,13 @@ def parse_datasets(props: Props, stdout: str) -> Observed:
             "pool_error": sec.get("pool", "").strip(), "stores": stores, "dirs": dirs}
 
 
-def mount_problem(store: dict, seen: dict) -> Optional[str]:
+def _stores(props: Props) -> list[Store]:
+    return [Store.from_dataset_input(s) for s in props["datasets"]]
+
+
+def mount_problem(store: Store, seen: dict) -> Optional[str]:
     """Why a store does not count as mounted (None when it does), naming what findmnt saw."""
-    ds, mp = store["name"], store["mountpoint"]
+    ds, mp = store.dataset, store.mountpoint
     m = seen["mount"]
     mounted = seen["props"].get("mounted")
     shown = (f"findmnt -T {mp} shows {m['target']} ({m['source']}, {m['fstype']})" if m
@@ -88,43 +93,39 @@ def mount_problem(store: dict, seen: dict) -> Optional[str]:
 
 class ZfsDatasetsProvider(HostPrimitive):
     def key(self, props: Props) -> str:
-        return "zfs:" + ",".join(s["name"] for s in props["datasets"])
+        return "zfs:" + ",".join(s.dataset for s in _stores(props))
 
     def probe_argv(self, props: Props) -> list[Piece]:
-        pairs = [x for s in props["datasets"] for x in (s["name"], s["mountpoint"])]
-        data = next(s["mountpoint"] for s in props["datasets"] if s["duty"] == "data")
+        pairs = [x for s in _stores(props) for x in (s.dataset, s.mountpoint)]
+        data = next(s.mountpoint for s in _stores(props) if s.duty == "data")
         return sh(_PROBE, props["pool"], data, *pairs, "--dirs", *props["data_dirs"])
 
     def parse(self, props: Props, stdout: str) -> Observed:
         return parse_datasets(props, stdout)
 
     def desired(self, props: Props) -> dict[str, Any]:
-        return {"stores_ok": {s["name"]: True for s in props["datasets"]},
+        return {"stores_ok": {s.dataset: True for s in _stores(props)},
                 "dirs": {d: DIR_MODE for d in props["data_dirs"]}}
 
     def state(self, props: Props, obs: Observed) -> dict[str, Any]:
         ok = {}
-        for s in props["datasets"]:
-            seen = obs["stores"][s["name"]]
-            ok[s["name"]] = bool(seen["exists"] and not self._drift(s, seen)
-                                    and mount_problem(s, seen) is None
-                                    and seen["marker"] == marker_text(s["name"], seen["props"].get("guid")))
+        for s in _stores(props):
+            seen = obs["stores"][s.dataset]
+            ok[s.dataset] = bool(seen["exists"] and not self._drift(s, seen)
+                                 and mount_problem(s, seen) is None
+                                 and seen["marker"] == marker_text(s.dataset, seen["props"].get("guid")))
         return {"stores_ok": ok, "dirs": obs["dirs"], "health": obs["health"],
                 "guids": {ds: seen["props"].get("guid") for ds, seen in obs["stores"].items()},
                 "mounts": {ds: (seen["mount"] or {}).get("id") for ds, seen in obs["stores"].items()}}
 
-    @staticmethod
-    def _wanted(store: dict) -> dict[str, str]:
-        return dict(store["properties"])
-
-    def _drift(self, store: dict, seen: dict) -> dict[str, str]:
+    def _drift(self, store: Store, seen: dict) -> dict[str, str]:
         """Properties to set; a read-only store also counts as drifted while its mount is rw."""
-        want = self._wanted(store)
+        want = store.properties()
         drift = {k: v for k, v in want.items() if seen["props"].get(k) != v}
         m = seen["mount"]
-        if store["properties"]["readonly"] == "on" and m and "ro" not in m["options"]:
+        if store.readonly and m and "ro" not in m["options"]:
             drift["readonly"] = "on"
-        if store["properties"]["readonly"] == "off" and m and "ro" in m["options"]:
+        if not store.readonly and m and "ro" in m["options"]:
             drift["readonly"] = "off"
         return drift
 
@@ -134,13 +135,13 @@ class ZfsDatasetsProvider(HostPrimitive):
         if fatal:
             raise PlanRefused(f"host {host}: storage: {fatal}")
         steps: list[Step] = []
-        for s in props["datasets"]:
-            ds, mp, seen = s["name"], s["mountpoint"], obs["stores"][s["name"]]
+        for s in _stores(props):
+            ds, mp, seen = s.dataset, s.mountpoint, obs["stores"][s.dataset]
             if not seen["exists"]:
-                opts = [x for k, v in self._wanted(s).items() if k != "readonly" for x in ("-o", f"{k}={v}")]
-                steps.append(Step(["zfs", "create", *opts, ds], f"create {ds} ({s['duty']})"))
+                opts = [x for k, v in s.properties().items() if k != "readonly" for x in ("-o", f"{k}={v}")]
+                steps.append(Step(["zfs", "create", *opts, ds], f"create {ds} ({s.duty})"))
                 steps.append(Step(sh(_MARKER, ds, mp), f"mark {ds} with its GUID"))
-                if s["properties"]["readonly"] == "on":
+                if s.readonly:
                     steps.append(Step(sh(_READONLY, ds, mp), f"make {ds} read-only"))
                 continue
             problem = mount_problem(s, seen)
@@ -159,7 +160,7 @@ class ZfsDatasetsProvider(HostPrimitive):
             elif drift.get("readonly") == "off":
                 steps.append(Step(sh(_WRITABLE, ds, mp), f"make {ds} writable on the storage host "
                                                          "(a layer publishes into it)"))
-        data = next(s["mountpoint"] for s in props["datasets"] if s["duty"] == "data")
+        data = next(s.mountpoint for s in _stores(props) if s.duty == "data")
         for d, mode in obs["dirs"].items():
             if mode != DIR_MODE:
                 steps.append(Step(["install", "-d", "-m", DIR_MODE, f"{data}/{d}"],
@@ -180,11 +181,11 @@ class ZfsDatasets(Resource, module="storage", name="ZfsDatasets"):
     stores_ok: pulumi.Output[dict]
     health: pulumi.Output[str]
 
-    def __init__(self, name: str, *, conn: dict, pool: str, datasets: list[dict], data_dirs: list[str],
+    def __init__(self, name: str, *, conn: dict, pool: str, stores: list[Store], data_dirs: list[str],
                  opts: Optional[pulumi.ResourceOptions] = None):
-        """`datasets`: [{duty, name, mountpoint, properties: {mountpoint, canmount, sharenfs,
-        readonly}}], models first: the properties are what the layer sets."""
+        """`stores`: models first; their properties are what the layer sets."""
         super().__init__(ZfsDatasetsProvider(), name,
-                         {"conn": conn, "pool": pool, "datasets": datasets, "data_dirs": data_dirs,
+                         {"conn": conn, "pool": pool, "datasets": [s.dataset_input() for s in stores],
+                          "data_dirs": data_dirs,
                           "guids": None, "mounts": None, "stores_ok": None, "health": None, "dirs": None},
                          opts)
