@@ -10,6 +10,12 @@ resource whose recorded `conn` names such a node, after a warning naming the nod
 count: the engine then neither reads, changes nor deletes them, and the rest of the fleet
 rolls out. When the node comes back, set its owner again and `up` takes it up where the
 state left it; when it is gone for good, `make forget` removes it from the state.
+
+A run that may contact hosts (all but a preview without --refresh) writes the engine's event
+log; when it fails because a host the stack no longer declares cannot be reached over SSH (a
+node taken out of the stack whose machine is gone), the way out is printed after the CLI's
+own errors: `make forget STACK=<stack> NODE=<node>`. Only this wrapper knows the stack and
+reads its file; the provider that raised the error knows neither.
 """
 
 from __future__ import annotations
@@ -17,17 +23,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Optional
 
 import yaml
 
 from .config.project import PROJECT
-from .forget import host_of, resources_of, stack_file
+from .forget import declared, host_of, resources_of, stack_file
 
 OPS = ("up", "preview", "refresh", "destroy")
+#: a host a run could not reach: HostUnreachable's and HostRemembered's sentence (transport/ssh.py)
+_UNREACHABLE = re.compile(r"host ([A-Za-z0-9._-]+): [^\n]*?cannot reach \S+ over SSH")
 
 
 def unreachable(config: dict) -> list[str]:
@@ -58,7 +70,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--cwd", default=".")
     ap.add_argument("--pulumi", default="bin/pulumi")
     a = ap.parse_args(argv)
-    cwd = Path(a.cwd)
+    cwd = Path(a.cwd).resolve()
     try:
         config = (yaml.safe_load(stack_file(cwd, a.stack).read_text()) or {}).get("config") or {}
     except OSError:
@@ -78,8 +90,101 @@ def main(argv: Optional[list[str]] = None) -> int:
     cmd = [a.pulumi, a.op, "--stack", a.stack, *exclude, *rest]
     sys.stderr.flush()
     os.chdir(cwd)
-    os.execvp(cmd[0], cmd)
-    return 0  # not reached
+    if not contacts_hosts(a.op, rest):
+        os.execvp(cmd[0], cmd)
+    log, tmp, env = _event_log_arg(rest), None, None
+    if log is None:
+        tmp = tempfile.mkdtemp(prefix="gpu-fleet-events-")
+        log = os.path.join(tmp, "events.jsonl")
+        cmd += ["--event-log", log]
+        env = {**os.environ, "PULUMI_DEBUG_COMMANDS": "true"}  # the CLI offers --event-log only so (as to
+        # Pulumi's own Automation API, which reads runs the same way)
+    try:
+        rc = run_child(cmd, env)
+        if rc != 0:
+            for hint in forget_hints(a.stack, with_nodes_file(config, cwd), unreachable_hosts(_lines(log))):
+                print(hint, file=sys.stderr)
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return rc
+
+
+def contacts_hosts(op: str, args: list[str]) -> bool:
+    """Whether `pulumi <op> <args>` may reach hosts: everything but a preview without refresh."""
+    return op != "preview" or any(x == "-r" or x == "--refresh" or x == "--refresh=true" for x in args)
+
+
+def _event_log_arg(args: list[str]) -> Optional[str]:
+    """The --event-log path the caller passed on (that file is read, and kept), or None."""
+    for i, x in enumerate(args):
+        if x == "--event-log" and i + 1 < len(args):
+            return args[i + 1]
+        if x.startswith("--event-log="):
+            return x.split("=", 1)[1]
+    return None
+
+
+def _lines(path: str) -> Iterable[str]:
+    try:
+        with open(path, errors="replace") as f:
+            yield from f
+    except OSError:
+        return
+
+
+def run_child(cmd: list[str], env: Optional[dict[str, str]] = None) -> int:
+    """Run the CLI to its end: Ctrl-C reaches it from the terminal (it cancels cleanly), so it
+    is ignored here; SIGTERM is passed on. A signal's death reads as 128+N, as from a shell."""
+    p = subprocess.Popen(cmd, env=env)
+    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    old_term = signal.signal(signal.SIGTERM, lambda sig, _frame: p.send_signal(sig))
+    try:
+        rc = p.wait()
+    finally:
+        signal.signal(signal.SIGINT, old_int)
+        signal.signal(signal.SIGTERM, old_term)
+    return 128 - rc if rc < 0 else rc
+
+
+def with_nodes_file(config: dict, cwd: Path) -> Optional[dict]:
+    """The stack's config with `nodes` read from its `nodes_file` when it keeps the list there;
+    None when that file cannot be read (then no node counts as undeclared)."""
+    name = config.get(f"{PROJECT}:nodes_file")
+    if not name or f"{PROJECT}:nodes" in config:
+        return config
+    try:
+        nodes = (yaml.safe_load((cwd / name).read_text()) or {}).get("nodes")
+    except (OSError, yaml.YAMLError, AttributeError):
+        return None
+    return {**config, f"{PROJECT}:nodes": nodes if isinstance(nodes, list) else []}
+
+
+def unreachable_hosts(events: Iterable[str]) -> list[str]:
+    """Hosts that an engine event log's error diagnostics say could not be reached over SSH,
+    in the order first seen."""
+    out: list[str] = []
+    for line in events:
+        if "over SSH" not in line:  # most lines of a large run's log: not parsed
+            continue
+        try:
+            diag = json.loads(line).get("diagnosticEvent") or {}
+        except (ValueError, AttributeError):
+            continue
+        if diag.get("severity") == "error":
+            out += [h for h in _UNREACHABLE.findall(diag.get("message") or "") if h not in out]
+    return out
+
+
+def forget_hints(stack: str, config: Optional[dict], hosts: list[str]) -> list[str]:
+    """For each unreachable host the stack no longer declares, the command that forgets it
+    (never for a host `make forget` would refuse as declared; none when `config` is None)."""
+    if config is None:
+        return []
+    return [f"pending_hosts: {h} cannot be reached over SSH and stack {stack} no longer uses it; if its "
+            f"machine is gone for good, forget its resources from the state (nothing is sent to any host):\n"
+            f"  make forget STACK={stack} NODE={h}"
+            for h in hosts if declared(config, h) is None]
 
 
 if __name__ == "__main__":

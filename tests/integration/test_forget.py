@@ -150,8 +150,13 @@ def test_a_node_removed_from_the_stack_after_a_failed_up_is_forgotten(fleet):
     others without it (its own deletes fail on the dead host), then forget."""
     fleet.dead.write_text(ADDR["node2"] + "\n")
     fleet.declare(node2=None)
-    p = fleet.proj.run("up", "--stack", STACK, "--yes", "--skip-preview", check=False)
+    # as `make up` runs it: the error names the way out, with the stack and the node
+    p = subprocess.run([sys.executable, "-m", "components.pending_hosts", "up", STACK, "--cwd", str(fleet.proj.dir),
+                        "--pulumi", "pulumi", "--", "--yes", "--skip-preview", "--non-interactive"],
+                       cwd=ROOT, env=fleet.proj.env,
+                       capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert p.returncode != 0 and "cannot reach 127.0.0.2:22 over SSH" in p.stdout + p.stderr
+    assert p.stderr.endswith(f"\n  make forget STACK={STACK} NODE=node2\n"), p.stderr
     assert set(NODE2) <= set(fleet.urns())
     p = fleet.forget("node2", "--yes")
     assert p.returncode == 0, p.stdout + p.stderr
