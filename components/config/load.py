@@ -35,7 +35,7 @@ def _plain(word: Any) -> str:
 def _format_loc(loc: tuple[Any, ...], raw: dict[str, Any]) -> str:
     """('nodes', 3, 'gpus', 'count') -> 'gpu-fleet:nodes[3] (gpu04).gpus.count'."""
     out = ""
-    node = raw
+    node: Any = raw
     for i, part in enumerate(loc):
         if isinstance(part, int):
             out += f"[{part}]"
@@ -115,7 +115,7 @@ def parse_fleet_config(raw: dict[str, Any], source: str, root: Optional[Path] = 
                             "section (it would do nothing)")
             continue
         data[name] = _decode(value)
-    from_file = None
+    from_file: Optional[tuple[str, str]] = None
     if NODES_FILE in data:
         rel = data.pop(NODES_FILE)
         if "nodes" in data:
@@ -123,10 +123,10 @@ def parse_fleet_config(raw: dict[str, Any], source: str, root: Optional[Path] = 
                             "in one place")
         else:
             nodes, sha, why = _read_nodes_file(rel, root or Path.cwd())
-            if why:
+            if why or sha is None:
                 problems.append(f"{PROJECT}:{NODES_FILE}: {why}")
             else:
-                data["nodes"], from_file = nodes, (rel, sha)
+                data["nodes"], from_file = nodes, (str(rel), sha)
 
     def located(ps: list[str]) -> list[str]:
         """A node's problem, when the list came from a file, names that file."""

@@ -32,7 +32,7 @@ def checked(what: str, ok: Union[str, Callable[[str], bool]]) -> Any:
         if _CONTROL.search(v):
             raise ValueError(f"{shown(v)} contains a newline or another control character; "
                              f"expected {what}")
-        if not (rx.fullmatch(v) if rx else ok(v)):
+        if not (rx.fullmatch(v) if rx else callable(ok) and ok(v)):
             raise ValueError(f"{shown(v)} is not {what}")
         return v
 
@@ -158,6 +158,20 @@ ImageRef = checked("an image by digest: [registry[:port]/]path@sha256:<64 lowerc
 Registry = checked("a registry host[:port] (storage:5000)", r"[a-z0-9][a-z0-9.-]{0,252}(:[0-9]{1,5})?")
 Text = checked("printable text on one line (at most 200 characters, no control characters)",
                lambda v: 0 < len(v) <= 200 and v.isprintable())
+
+
+#: where Tailscale addresses its nodes (CGNAT range and its IPv6 ULA prefix)
+TAILNET_NETS = (ipaddress.ip_network("100.64.0.0/10"), ipaddress.ip_network("fd7a:115c:a1e0::/48"))
+
+
+def _in_tailnet(v: str) -> bool:
+    try:
+        return any(ipaddress.ip_address(v) in n for n in TAILNET_NETS)
+    except ValueError:
+        return False
+
+
+TailnetAddress = checked("a tailnet address (an IP address in 100.64.0.0/10 or fd7a:115c:a1e0::/48)", _in_tailnet)
 
 
 class Strict(BaseModel):

@@ -13,6 +13,7 @@ from ...config.types import DebianVersion, RemotePath, SqlName, Strict, UserName
 if TYPE_CHECKING:
     from ...config.fleet import FleetConfig
 
+
 class AccountingLayer(Strict):
     """MariaDB + slurmdbd + slurmrestd on the controller (the seed's storage server)."""
 

@@ -12,6 +12,7 @@ from ...config.types import RemotePath, Strict, Text
 if TYPE_CHECKING:
     from ...config.fleet import FleetConfig
 
+
 #: XIDs that mean the GPU or its links failed (not a job's own fault, as 13, 31, 43 or 45 usually
 #: are): double-bit ECC (48), GPU microcontroller halt/breakpoint (61, 62), row remapping and
 #: page retirement (63, 64), NVLink (74), fallen off the bus (79), high single-bit ECC rate

@@ -12,6 +12,7 @@ from ...config.types import ChangeId, HostName, KubeResource, RemotePath, Strict
 if TYPE_CHECKING:
     from ...config.fleet import FleetConfig
 
+
 class K3sPaths(Strict):
     """Where K3s keeps what retirement preserves (K3s's own defaults)."""
 

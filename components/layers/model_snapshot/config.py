@@ -14,6 +14,7 @@ from ...config.types import (
 if TYPE_CHECKING:
     from ...config.fleet import FleetConfig
 
+
 class ModelSnapshotLayer(Strict):
     """One pinned model revision, downloaded once on the storage host, proven file by file,
     published atomically at `<storage.models.mountpoint>/<repo_id>/<revision>` and read-only

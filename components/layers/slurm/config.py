@@ -15,6 +15,7 @@ from ...config.types import (
 if TYPE_CHECKING:
     from ...config.fleet import FleetConfig
 
+
 #: why a K3s-owned node cannot be in a partition unless the K3s retirement layer retires it
 K3S_NOT_HANDED_OVER = (
     "K3s still runs it: only the K3s retirement layer hands a node over to Slurm (audit, preserve "

@@ -14,6 +14,7 @@ from ...config.types import DebianVersion, DirName, PackageName, RemotePath, Str
 if TYPE_CHECKING:
     from ...config.fleet import FleetConfig
 
+
 class StoreSpec(Strict):
     """One dataset with one duty: where it is mounted on the storage host (and exported from)
     and where every Slurm node mounts it."""

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import ipaddress
 from typing import TYPE_CHECKING, Literal, Optional
 
 from pydantic import Field
 
 from ...config.project import PROJECT
 from ...config.types import (
-    ChangeId, DebianVersion, HostName, ImageRef, PackageName, Registry, Strict, UserName, checked,
+    ChangeId, DebianVersion, HostName, ImageRef, PackageName, Registry, Strict, TailnetAddress, UserName,
 )
 
 if TYPE_CHECKING:
     from ...config.fleet import FleetConfig
+
 
 class WebLimits(Strict):
     """What each web container may use; podman sets them and the layer reads them back from the
@@ -34,20 +34,6 @@ class WebRuntime(Strict):
     default_sysctls: bool = True
     #: registries reached over plain HTTP (the lab's own); a real fleet's are TLS
     insecure_registries: list[Registry] = Field(default_factory=list)
-
-
-#: where Tailscale addresses its nodes (CGNAT range and its IPv6 ULA prefix)
-TAILNET_NETS = (ipaddress.ip_network("100.64.0.0/10"), ipaddress.ip_network("fd7a:115c:a1e0::/48"))
-
-
-def _in_tailnet(v: str) -> bool:
-    try:
-        return any(ipaddress.ip_address(v) in n for n in TAILNET_NETS)
-    except ValueError:
-        return False
-
-
-TailnetAddress = checked("a tailnet address (an IP address in 100.64.0.0/10 or fd7a:115c:a1e0::/48)", _in_tailnet)
 
 
 class WebTailnet(Strict):
