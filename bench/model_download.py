@@ -6,7 +6,7 @@ Writes a diffusers-shaped model (tests/doubles/hub/model.py: one shard of --big-
 its own process on loopback, and times, each into a fresh directory:
   (a) snapshot_download(revision=<commit>, local_dir=..., max_workers=N), the pinned client;
   (b) curl fetching the same files from the same /resolve/ URLs, N at a time (xargs -P N);
-  (c) components.layers.model_snapshot.verify.hash_all(root, files, N) over (a)'s download,
+  (c) components.layers.model_snapshot.onhost.verify.hash_all(root, files, N) over (a)'s download,
       against sha256sum over the same files, N at a time (xargs -P N).
 The double's digests and the model's pages are warmed first, so both sides of a ratio read the
 same cached bytes. Prints the median and the best of --repeat runs, MB/s, and the ratios
@@ -36,7 +36,7 @@ os.environ.pop("HF_TOKEN", None)
 
 from huggingface_hub import HfApi, snapshot_download  # noqa: E402
 
-from components.layers.model_snapshot.verify import hash_all  # noqa: E402
+from components.layers.model_snapshot.onhost.verify import hash_all  # noqa: E402
 from tests.doubles.hub.model import write_model  # noqa: E402
 
 REPO = "lab/tiny-video-dit"

@@ -229,7 +229,7 @@ def config_env_bytes(cfg: dict) -> int:
 FAKE_MODULE = '''
 """bench/scale.py's fake hosts: every host already is what the stack declares."""
 from . import providers as _providers  # noqa: F401  (every primitive, so every subclass below)
-from .layers.acceptance import job as _job  # noqa: F401
+from .layers.slurm import canary as _canary  # noqa: F401
 from .layers.gpu_runtime import component as _gpu
 from .providers import base as _base
 

@@ -27,7 +27,7 @@ from .config.fleet import FleetConfig
 from .inventory import Inventory, fleet_summary
 from .site import Site
 from .layers.acceptance.component import Acceptance, AcceptanceInputs
-from .layers.acceptance.gate import JobPaths
+from .layers.slurm.canary import JobPaths
 from .layers.accounting.component import JWT_KEY, RESTD_SOCKET_DIR, Accounting, AccountingInputs
 from .layers.gpu_runtime.component import GpuRuntime, GpuRuntimeInputs
 from .layers.guards.component import Guards, GuardsInputs

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -11,46 +10,13 @@ from pathlib import Path
 from . import fake_nvml, image, net, nspawn, repo, rootfs, stackfile, storage
 from .common import (
     HOSTS_DIR, INVENTORY, KEY, KNOWN_HOSTS, LOGS_DIR, STACK_FILE, STATE, LabError, cache_dir,
-    check_tools, flock, last_line, log, rel, remove_tree, require_root, run,
+    check_tools, flock, last_line, log, rel, remove_tree, require_root,
 )
 from .hosts import BRIDGE, DEFAULT_NODES, Host, lab_hosts
+from .ssh import ensure_lab_key, ssh_ok
 
 TOOLS = ["systemd-nspawn", "ssh", "ssh-keygen", "ip", "zstd", "tar", "mount"]
 INVENTORY_VERSION = 1
-
-
-# --- ssh -------------------------------------------------------------------------
-
-def ssh_argv(address: str, user: str = "root", connect_timeout: int = 5) -> list[str]:
-    """ssh to a lab host with the lab key, checking its host key against the lab's known_hosts."""
-    return [
-        "ssh", "-F", "/dev/null", "-i", str(KEY), "-o", "IdentitiesOnly=yes",
-        "-o", f"UserKnownHostsFile={KNOWN_HOSTS}", "-o", "GlobalKnownHostsFile=/dev/null",
-        "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes",
-        "-o", f"ConnectTimeout={connect_timeout}", "-o", "LogLevel=ERROR",
-        f"{user}@{address}",
-    ]
-
-
-def ssh_ok(address: str, connect_timeout: int = 3) -> bool:
-    try:
-        return subprocess.run(
-            [*ssh_argv(address, connect_timeout=connect_timeout), "true"],
-            stdin=subprocess.DEVNULL, capture_output=True, timeout=connect_timeout + 5,
-        ).returncode == 0
-    except subprocess.TimeoutExpired:
-        return False
-
-
-def ensure_lab_key() -> None:
-    STATE.mkdir(parents=True, exist_ok=True)
-    if not (KEY.exists() and KEY.with_suffix(".pub").exists()):
-        for p in (KEY, KEY.with_suffix(".pub")):
-            if p.exists():
-                p.unlink()
-        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "gpu-fleet-lab", "-f", str(KEY)])
-        log(f"generated the lab SSH key {rel(KEY)}")
-    os.chmod(KEY, 0o600)
 
 
 # --- health ------------------------------------------------------------------------

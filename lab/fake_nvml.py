@@ -46,6 +46,7 @@ from pathlib import Path
 
 from .common import ROOT, STATE, LabError, log, rel, run
 from .hosts import Host
+from .ssh import ssh_argv
 
 SOURCE_DIR = ROOT / "tests" / "doubles" / "fake_nvml"
 SOURCES = ("fake_nvml.c", "fake_json.h", "build.sh", "fakenode.py")
@@ -196,8 +197,6 @@ def _bundle(lib: Path, node: str) -> bytes:
 
 
 def _install(h: Host, lib: Path, key: str) -> str:
-    from .core import ssh_argv
-
     p = subprocess.run([*ssh_argv(h.address, connect_timeout=10), "--", "sh", "-c",
                         _quote(_INSTALL_SH), "sh", key],
                        input=_bundle(lib, h.name), capture_output=True, timeout=120)

@@ -11,7 +11,7 @@ server also acts as an agent. PostgreSQL 15 (Debian) runs on the server as a wor
 
 TEST DOUBLES, only where the lab has no hardware or runtime: no kubelet and no containerd. The
 agent part of /usr/local/bin/k3s (lab/k3s-wrapper.sh) registers the Node and heartbeats its
-Ready condition every 10 s; a detached `containerd-shim-runc-v2` (lab/k3s-shim.py) holds the
+Ready condition every 10 s; a detached `containerd-shim-runc-v2` (lab/onhost/k3s_shim.py) holds the
 node's fake GPUs (/dev/fakegpu0, /dev/fakegpu1) open and a tmpfs stays mounted under
 /var/lib/kubelet/pods/<uid>/volumes/kubernetes.io~empty-dir/cache; both survive `systemctl
 stop`, as real K3s's do. Nothing runs the workloads' pods. No controller-manager marks a dead
@@ -38,8 +38,11 @@ from pathlib import Path
 from . import stackfile
 from .common import ROOT, LabError, k3s_cache_dir, log, rel, require_root, run
 from .hosts import Host
+from .ssh import ssh_argv
 
 HERE = Path(__file__).resolve().parent
+#: what runs on the nodes (the shim double, the status probe): read as text, never imported
+ONHOST = HERE / "onhost"
 PARTS_LINK = ROOT / ".tools" / "k3s-lab"
 K8S_VERSION = "v1.34.3"
 DATA = "/var/lib/rancher/k3s"
@@ -253,7 +256,7 @@ def common_files(key: str, name: str, address: str, role: str) -> dict[str, tupl
     return {
         "/usr/local/bin/k3s": ((HERE / "k3s-wrapper.sh").read_text(), 0o755),
         "/usr/local/bin/k3s-killall.sh": ((HERE / "k3s-killall.sh").read_text(), 0o755),
-        f"{DATA}/data/{key}/bin/containerd-shim-runc-v2": ((HERE / "k3s-shim.py").read_text(), 0o755),
+        f"{DATA}/data/{key}/bin/containerd-shim-runc-v2": ((ONHOST / "k3s_shim.py").read_text(), 0o755),
         f"{DATA}/agent/etc/lab-gpu-devices": ("".join(d + "\n" for d in SHIM_DEVICES), 0o644),
         "/etc/rancher/k3s/config.yaml": (render_config(name, address, role), 0o600),
     }
@@ -292,8 +295,6 @@ def agent_bundle(key: str, h: Host, server: Host, server_ca: bytes, token: str) 
 
 def _ssh(h: Host, script: str, *args: str, stdin: bytes | None = None, timeout: float = 300,
          check: bool = True) -> str:
-    from .core import ssh_argv
-
     cmd = shlex.join(["bash", "-c", script, f"lab-k3s-{h.name}", *args])
     p = subprocess.run([*ssh_argv(h.address, connect_timeout=10), "--", cmd], input=stdin or b"",
                        capture_output=True, timeout=timeout)
@@ -429,7 +430,7 @@ def status(names: list[str] | None = None) -> dict:
     inv_hosts = lab_nodes([])
     nodes = names or [n for n, h in inv_hosts.items() if "node" in h.roles]
     hosts = lab_nodes(nodes)
-    probe = _script("k3s-status.py")
+    probe = (ONHOST / "k3s_status.py").read_text()
     with ThreadPoolExecutor(max_workers=len(nodes)) as ex:
         raw = list(ex.map(lambda n: _ssh(hosts[n], 'exec python3 - "$@"', stdin=probe.encode()), nodes))
     result = {n: json.loads(r) for n, r in zip(nodes, raw)}

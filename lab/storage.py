@@ -30,6 +30,7 @@ from pathlib import Path
 
 from .common import ROOT, LabError, log
 from .hosts import Host, lab_hosts
+from .ssh import ssh_argv
 
 POOL = "ai"
 VDEV_DIR = "/var/lib/zfs-vdev"
@@ -69,8 +70,6 @@ def storage_host(hosts: list[Host] | None = None) -> Host:
 def ssh(host: Host, script: str, stdin: bytes = b"", timeout: float = 120,
         check: bool = True) -> subprocess.CompletedProcess:
     """Run `script` (a shell command line) on a lab host as root; output as text."""
-    from .core import ssh_argv
-
     try:
         p = subprocess.run([*ssh_argv(host.address, connect_timeout=10), "--", script],
                            input=stdin, capture_output=True, timeout=timeout)

@@ -17,14 +17,12 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Optional, Protocol, Sequence
 
 from ..scripts import script
 from . import frames
 from .command import Piece, Secret, shell_join
-
-if TYPE_CHECKING:
-    from .ssh import Connection, Result
+from .target import HostError, Result, SshTarget, acting_label
 
 _SCRIPT = script(__file__, "batch.sh")
 #: how long the first probe waits for others to the same host, and again while they keep
@@ -53,7 +51,7 @@ class _Member:
     line: str
     timeout: int
     sent_for: Optional[str]  # the resource it probes, for the command log
-    result: Optional["Result"] = None
+    result: Optional[Result] = None
     error: Optional[BaseException] = None
 
 
@@ -70,17 +68,23 @@ def split_frames(out: bytes, n: int) -> list[tuple[int, bytes, bytes]]:
     return frames.split(out, _FRAME, n)
 
 
+class _Runs(Protocol):
+    """What a Batcher needs of its connection (an ssh.Connection, which builds on this module)."""
+
+    t: SshTarget
+
+    def run(self, argv: Sequence[Piece], **kwargs) -> Result: ...
+
+
 class Batcher:
     """One per connection: gathers that host's concurrent probes."""
 
-    def __init__(self, conn: "Connection"):
+    def __init__(self, conn: _Runs):
         self._conn = conn
         self._lock = threading.Lock()
         self._open: Optional[_Batch] = None
 
-    def run(self, argv: list[Piece], timeout: int) -> "Result":
-        from .ssh import acting_label
-
+    def run(self, argv: list[Piece], timeout: int) -> Result:
         m = _Member(argv, shell_join(argv), timeout, acting_label())
         with self._lock:
             b = self._open
@@ -108,7 +112,7 @@ class Batcher:
         assert m.result is not None
         return m.result
 
-    def run_many(self, lines: list[str], labels: list[Optional[str]], timeout: int) -> list["Result"]:
+    def run_many(self, lines: list[str], labels: list[Optional[str]], timeout: int) -> list[Result]:
         """Command lines (already joined, sudo included) now, as few round trips as the caps
         allow; their results in order. The first failure of a round trip is raised."""
         members = [_Member([], line, timeout, label) for line, label in zip(lines, labels)]
@@ -128,8 +132,6 @@ class Batcher:
         return [m.result for m in members]  # type: ignore[misc]
 
     def _send(self, members: list[_Member]) -> None:
-        from .ssh import Result
-
         c = self._conn
         if len(members) == 1 and members[0].argv:
             m = members[0]
@@ -151,8 +153,6 @@ class Batcher:
                 return
             frames = split_frames(raw, len(members))
         except ValueError as e:
-            from .ssh import HostError
-
             err = HostError(c.t.name, f"a batch of {len(members)} probes", res.rc,
                             res.stdout + res.stderr, f"its output was cut off ({e})")
             for m in members:

@@ -25,10 +25,9 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
-if TYPE_CHECKING:
-    from .ssh import Result, SshTarget
+from .target import Result, SshTarget
 
 PROBE_DIR_ENV = "GPU_FLEET_PROBE_DIR"
 #: how long a reading of a host answers the refresh reads after it
@@ -39,17 +38,17 @@ def probe_dir() -> Path:
     return Path(os.environ.get(PROBE_DIR_ENV) or Path.home() / ".cache" / "gpu-fleet" / "probes")
 
 
-def _key(t: "SshTarget") -> str:
+def _key(t: SshTarget) -> str:
     return hashlib.sha256(json.dumps([t.name, t.address, t.port, t.user]).encode()).hexdigest()[:24]
 
 
 class HostReading:
     """One per connection: what the last refresh probed there, and the answers held now."""
 
-    def __init__(self, target: "SshTarget"):
+    def __init__(self, target: SshTarget):
         self._path = probe_dir() / f"{_key(target)}.json"
         self._lock = threading.Lock()
-        self._held: dict[str, "Result"] = {}
+        self._held: dict[str, Result] = {}
         self._at = 0.0
         self._taken = False  # a reading was taken (until a mutating command)
         self._asked: dict[str, Optional[str]] = {}  # line -> resource, this run's refresh reads
@@ -74,7 +73,7 @@ class HostReading:
         except OSError:
             pass  # a cache: without it a refresh only costs more round trips
 
-    def answer(self, line: str, label: Optional[str], read_all) -> Optional["Result"]:
+    def answer(self, line: str, label: Optional[str], read_all) -> Optional[Result]:
         """The held answer for `line`, taking the host's reading first when none was taken;
         None when there is none (the caller probes as usual). `read_all(lines, labels)` runs
         the lines in one round trip and returns their results."""

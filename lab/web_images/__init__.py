@@ -35,6 +35,7 @@ from pathlib import Path
 from .. import stackfile
 from ..common import STATE, LabError, cache_dir, flock, log, rel, require_root
 from ..hosts import Host
+from ..ssh import ssh_argv
 from . import build
 
 RECORD = STATE / "web-images.json"
@@ -61,8 +62,6 @@ def running_lab() -> tuple[Host, Path | None]:
 
 def on_storage(h: Host, *args: str, stdin: bytes = b"", timeout: float = 600) -> str:
     """registry.sh ARGS on the storage host; its stdout."""
-    from ..core import ssh_argv
-
     cmd = shlex.join(["bash", "-c", SCRIPT.read_text(), "lab-registry", *args])
     p = subprocess.run([*ssh_argv(h.address, connect_timeout=10), "--", cmd], input=stdin,
                        capture_output=True, timeout=timeout)
@@ -85,8 +84,6 @@ def manifest_digest(address: str, repository: str, reference: str) -> str | None
 
 
 def unit_ok(h: Host) -> bool:
-    from ..core import ssh_argv
-
     p = subprocess.run([*ssh_argv(h.address, connect_timeout=10), "--",
                         "systemctl is-active -q docker-registry.service && "
                         "systemctl is-enabled -q docker-registry.service"],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.layers.acceptance.job import judge, judge_sacct, parse_gres_used, parse_job
+from components.layers.slurm.canary import judge, judge_sacct, parse_gres_used, parse_job
 from components.layers.accounting.component import (
     judge_accounting, render_mariadb_cnf, render_slurmdbd_conf, render_slurmrestd_unit,
 )

@@ -21,7 +21,8 @@ import pytest
 
 from components.config.load import parse_fleet_config
 from components.errors import ConfigError
-from components.layers.guards import guard, render
+from components.layers.guards import render
+from components.layers.guards.onhost import guard
 from tests.conftest import stack_config
 from tests.doubles.fake_nvml import harness
 from tests.unit.test_slurm_render import check_golden

@@ -21,7 +21,7 @@ import pytest
 
 from components.errors import FleetError
 from components.layers.model_snapshot import snapshot as S
-from components.layers.model_snapshot import verify
+from components.layers.model_snapshot.onhost import verify
 from components.providers import file as file_module
 from components.providers.base import PlanRefused
 from components.providers.payload import PayloadProvider, sha256_file

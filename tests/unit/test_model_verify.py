@@ -1,4 +1,4 @@
-"""The model snapshot's proof (components/layers/model_snapshot/verify.py) on real files.
+"""The model snapshot's proof (components/layers/model_snapshot/onhost/verify.py) on real files.
 
 Safetensors files are written by the real `safetensors` library (serialize_file) or, for the
 broken ones, by hand; the library's own parser (deserialize, safe_open) is the reference the
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from safetensors import TensorSpec, deserialize, safe_open, serialize_file
 
-from components.layers.model_snapshot import verify
+from components.layers.model_snapshot.onhost import verify
 
 VERIFY_PY = Path(verify.__file__)
 LFS = 2048  # files at least this big are "LFS" in these trees (the hub lists their sha256)

@@ -5,7 +5,7 @@ reconfigure and, with accounting, the accounting verification): the seed's
 single-GPU job on the stack's canary node if admitted (else the first admitted
 GPU node), every admitted node registered and idle first. Passing sets the
 production partitions UP; failing sets them INACTIVE and fails the deployment
-(components/layers/acceptance/job.py). It runs again whenever anything the
+(components/layers/slurm/canary.py). It runs again whenever anything the
 Slurm layer applied changes (`triggers`), and not at all when nothing did.
 """
 
@@ -18,8 +18,7 @@ from typing import Mapping, Optional, Sequence
 import pulumi
 
 from ...config.fleet import FleetConfig
-from .gate import JobPaths, JobSpec
-from .job import CanaryJob
+from ..slurm.canary import CanaryJob, JobPaths, JobSpec
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The GPU runtime baseline: a node-side probe script and the pure verdict on its output.
 
-`probe.py` runs ON a node (as the program text of `python3 -`) and must stay
+`onhost/probe.py` runs ON a node (as the program text of `python3 -`) and must stay
 self-contained; nothing here imports it. `baseline.py` judges the probe
 documents of a fleet against the stack's expectations.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 #: The probe script, shipped verbatim to a node as the stdin of `python3 -`.
-PROBE_SCRIPT = Path(__file__).resolve().with_name("probe.py")
+PROBE_SCRIPT = Path(__file__).resolve().with_name("onhost") / "probe.py"
 
 
 def probe_source() -> str:

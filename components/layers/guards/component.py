@@ -28,7 +28,7 @@ from ...providers import CommandWithVerify, File, SystemdUnit
 from ...providers.payload import Payload, sha256_file
 from .render import CONFIG, EVENT_LOG, GUARD, STATUS, UNIT, render_config, render_unit
 
-SOURCE = Path(__file__).with_name("guard.py")
+SOURCE = Path(__file__).with_name("onhost") / "guard.py"
 
 
 @dataclass(frozen=True)

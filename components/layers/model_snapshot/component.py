@@ -37,7 +37,7 @@ from ...errors import FleetError
 from ...providers import CommandWithVerify, File, PackageSet, Payload, SystemdUnit
 from ...scripts import script, script_path
 from ...site import Site
-from ..acceptance.gate import JobPaths
+from ..slurm.canary import JobPaths
 from ..storage.component import StorageOutputs
 from .config import ModelSnapshotLayer
 from .render import CONFIG, HOME, MANIFEST, TOKEN, UNIT, VENV, WHEELS, Places, render_config, render_unit
@@ -47,6 +47,8 @@ _VENV = script(__file__, "venv.sh")
 #: the wheels tarball scripts/setup.sh builds (relative to the project root)
 WHEELS_TARBALL = ".tools/model-downloader/wheels.tar"
 REQUIREMENTS = Path(__file__).resolve().parent / "downloader.txt"
+#: what the storage host runs (download.py, verify.py): written there as files, never imported here
+ONHOST = Path(__file__).with_name("onhost")
 
 
 def hub_version() -> str:
@@ -106,8 +108,8 @@ class ModelSnapshot(pulumi.ComponentResource):
             delete=["rm", "-rf", "--", VENV], triggers={"wheels": wheels.sha256}, opts=after(wheels))
         files = [File(f"model-downloader-{name.replace('.', '-')}", conn=conn, path=f"{HOME}/{name}",
                       content=path.read_text(), mode="0755", opts=after(venv))
-                 for name, path in (("download.py", Path(__file__).with_name("download.py")),
-                                    ("verify.py", Path(__file__).with_name("verify.py")),
+                 for name, path in (("download.py", ONHOST / "download.py"),
+                                    ("verify.py", ONHOST / "verify.py"),
                                     ("publish.sh", script_path(__file__, "publish.sh")))]
         files.append(File("model-downloader-config", conn=conn, path=CONFIG,
                           content=render_config(m, models, inputs.token is not None), opts=after(venv)))

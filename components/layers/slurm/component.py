@@ -30,7 +30,7 @@ from ...config.hosts import HostSpec
 from ...hosts import conn_input
 from ...scripts import script
 from ...providers import Accounts, CommandWithVerify, File, Files, PackageSet, SystemdUnit
-from ..acceptance.gate import JobPaths, JobSpec
+from .canary import JobPaths, JobSpec
 from .packages import SlurmPackages
 from .render import SLURM_ETC, render_cgroup_conf, render_gres_conf, render_slurm_conf
 from .upgrades import SlurmPackagesProvider, own_packages

@@ -36,7 +36,7 @@ from ...admission import Gate
 from ...providers import CommandWithVerify, File, PackageSet, SystemdUnit
 from ...scripts import script_path
 from ...site import Site
-from ..acceptance.gate import JobPaths
+from ..slurm.canary import JobPaths
 from .checks import ClientCheck, ExportCheck
 from .config import StorageLayer
 from .datasets import MARKER, ZfsDatasets

@@ -25,7 +25,7 @@ from . import fakenode
 HERE = Path(__file__).resolve().parent
 BUILD_SH = HERE / "build.sh"
 ROOT = HERE.parents[2]
-PROBE = ROOT / "components" / "layers" / "gpu_runtime" / "probe.py"
+PROBE = ROOT / "components" / "layers" / "gpu_runtime" / "onhost" / "probe.py"
 
 V100 = "Tesla V100-SXM2-16GB"
 DRIVER = "580.173.02"
