@@ -1,9 +1,9 @@
 """The fleet inventory: one component per host, with its roles and ownership.
 
-This is the root every layer hangs its per-host resources from, so a preview
-shows which hosts a stack manages and which it leaves alone (nodes owned by
-K3s, which nothing hands over until the K3s retirement layer exists, and
-unreachable nodes kept pending).
+A preview lists every host the stack knows with its roles, owner and GPUs, so
+it shows which hosts a stack manages and which it leaves alone (nodes owned by
+K3s until the K3s retirement layer hands them over, unreachable nodes kept
+pending). The layers' resources are children of their layer, not of a host.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def fleet_summary(cfg: FleetConfig) -> dict:
 
 
 class Host(pulumi.ComponentResource):
-    """One managed host; layers parent their per-host resources here."""
+    """One host of the stack, its record as outputs (a preview's list of hosts)."""
 
     def __init__(self, record: HostRecord, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-fleet:inventory:Host", record.name, None, opts)

@@ -1,7 +1,7 @@
 """Booting and stopping the hosts: cgroups, systemd-nspawn, and finding our processes.
 
-As measured on this kind of machine (PID 1 is not systemd, cgroup v1 hybrid;
-see DESIGN.md "The lab"): before systemd-nspawn starts, its process moves into
+As measured on this kind of machine (PID 1 is not systemd, cgroup v1 hybrid):
+before systemd-nspawn starts, its process moves into
 its own cgroup in every mounted hierarchy, `<mount>/gpu-fleet-lab/<host>` (v1
 controllers with cpuset.cpus/mems set on the parents first, name=systemd, and
 the cgroup2 `unified` one); it boots with SYSTEMD_NSPAWN_UNIFIED_HIERARCHY=1

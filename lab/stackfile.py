@@ -17,8 +17,8 @@ from .common import INVENTORY, KEY, KNOWN_HOSTS, ROOT, STACK_FILE, LabError, rel
 from . import fake_nvml
 from .hosts import Host, lab_hosts
 
-#: keys `lab up` writes, and so replaces; `gpu-fleet:storage` is no longer written (the storage
-#: layer is not built, so the config refuses the section) but stays owned so an old file loses it
+#: keys `lab up` writes, and so replaces; `gpu-fleet:storage` is not written (the lab stack runs
+#: without the storage layer; its lab tests add the section) but stays owned so an old file loses it
 OWNED_KEYS = ("gpu-fleet:ssh", "gpu-fleet:hosts", "gpu-fleet:storage", "gpu-fleet:nodes",
               "gpu-fleet:slurm", "gpu-fleet:gpu_runtime")
 NODE_CPUS = 2
@@ -84,7 +84,7 @@ def render_stack(nodes: int, existing: str | None = None) -> str:
         f"    release: {{version: '22.05', debian_version: '{v['slurmd']}', "
         f"munge_version: '{v['munge']}', pmix_version: '{v['libpmix2']}', "
         "source_dir: /srv/lab-repo}",
-        "    # Where the containers differ from a real node (DESIGN.md, The lab):",
+        "    # Where the containers differ from a real node:",
         "    cgroup_plugin: cgroup/v1",
         "    constrain_swap: false",
         "    constrain_swap_reason: the lab kernel has no swap accounting in the memory cgroup",

@@ -27,8 +27,8 @@ the provider is about to update (a drift it repairs) shows its planned inputs, n
 the repair is never refused. A value unknown during preview is skipped; so is `observed`
 before the container exists, and a field the readback does not record.
 
-The type tokens and the key's default path mirror the web layer's spec (/tmp/web/spec.md);
-tests/policy/test_web_policies.py holds them equal to the layer once it is importable.
+The type tokens are the web layer's (components/layers/web/), and tests/policy/test_web_policies.py
+holds them equal to its classes; JWT_KEY is the accounting layer's default key path.
 """
 
 from __future__ import annotations

@@ -112,8 +112,8 @@ def test_registered_and_mandatory():
 
 
 def test_type_tokens_mirror_the_layer():
-    """The spec's `web:Container` and `web:Image` as dynamic resources; once the web layer is
-    importable, its classes carry the same tokens."""
+    """`web:Container` and `web:Image` as dynamic resources: the web layer's classes carry the
+    same tokens."""
     assert web.CONTAINER == "pulumi-python:dynamic/web:Container"
     assert web.IMAGE == "pulumi-python:dynamic/web:Image"
     try:

@@ -1,5 +1,5 @@
 """The lab's stand-in Slurm-web agent (lab/web_images/agent.py, a TEST DOUBLE of Slurm-web 7.0.0)
-against a fake slurmrestd 22.05 on a Unix socket: the HTTP contract of /tmp/web/spec.md (nodes
+against a fake slurmrestd 22.05 on a Unix socket: the HTTP contract in the agent's docstring (nodes
 with gres and state, partitions, jobs; 405 on anything but GET; 502 when slurmrestd says 401; the
 token file re-read on every request; API version discovery), and the image build's pure parts.
 

@@ -1,6 +1,6 @@
 """The GPU baseline verdict: every node's probe document against the stack's expectations.
 
-Pure: no host is contacted here. `components/gpu/probe.py` produces one JSON
+Pure: no host is contacted here. `onhost/probe.py` produces one JSON
 document per node; `judge_stack` (or `judge_fleet` with explicit
 expectations) returns a `FleetVerdict` with one `NodeVerdict` per GPU node:
 

@@ -8,9 +8,9 @@ baseline; docs/gpu-probe.md). `GpuRuntime` declares, for the stack's GPU nodes:
   `pynvml.py` of nvidia-ml-py from the project's virtualenv; Debian has no
   python3-pynvml) in `pynvml_dir`, /opt/gpu-fleet/lib by default;
 - one fleet-level `GpuBaseline` dynamic resource that runs the probe
-  (components/gpu/probe.py, as `python3 -` with the script on stdin) on every
+  (onhost/probe.py, as `python3 -` with the script on stdin) on every
   node in parallel, one SSH round trip per node, and judges the documents with
-  components/gpu/baseline.py.
+  baseline.py.
 
 Outputs: `healthy_nodes` (stack order) for the Slurm layer, `verdicts` (per node:
 verdict, reasons, count, UUIDs, driver, kernel module, CUDA, BF16, the CUDA runtime
