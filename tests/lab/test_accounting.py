@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from debian.debian_support import version_compare
 
-from tests.pulumi_cli import PulumiProject
+from tests.pulumi_cli import ROOT, PulumiProject
 
-from .labhosts import ssh
+from .labhosts import lab_config, lab_conn, ssh
 from .test_slurm_cluster import HOSTS, as_user, snapshot
 
 
@@ -141,6 +142,56 @@ def test_a_node_that_cannot_reach_slurmdbd_stops_the_rollout(accounted):
 def test_second_up_changes_nothing(accounted):
     proj, _ = accounted
     proj.run("up", "--yes", "--stack", "lab", "--expect-no-changes")
+
+
+SACCT = Path(__file__).parent / "programs" / "sacct"
+
+
+def sacctmgr(what: str, where: str, fields: str) -> str:
+    return ssh("ctl", f"sacctmgr -n -P show {what} where {where} format={fields}").stdout.strip()
+
+
+def qos_fields(proj: PulumiProject) -> dict:
+    state = json.loads(proj.run("stack", "export", "--stack", "lab").stdout)
+    qos = next(r for r in state["deployment"]["resources"] if r["type"].endswith("slurm:Qos"))
+    return qos["outputs"]["fields"]
+
+
+def test_sacct_objects_drift_is_seen_and_set_back(accounted, tmp_path):
+    """SacctObject (components/providers/sacct.py) on the accounting stack's slurmdbd: create a
+    QOS, an account and a user association; a QOS edited by hand is drift field by field on
+    refresh and set back by up; destroy removes all three."""
+    cluster = lab_config().slurm.cluster_name
+    proj = PulumiProject.copy_of(tmp_path, [SACCT / "Pulumi.yaml", SACCT / "__main__.py", ROOT / "components"])
+    proj.init_stack("lab")
+    proj.run("config", "set", "conn", json.dumps(lab_conn("ctl")))
+    proj.run("config", "set", "cluster", cluster)
+    try:
+        proj.run("up", "--yes", "--stack", "lab", timeout=600)
+        assert sacctmgr("qos", "name=gf-test", "GrpTRES,MaxTRESPerAccount,Priority,Preempt,GraceTime") \
+            == "gres/gpu=8|gres/gpu=4|10|normal|00:05:00"
+        assert sacctmgr("association", f"cluster={cluster} account=gf-test user=gftest", "User,MaxJobs") \
+            == "gftest|4"
+        proj.run("up", "--yes", "--stack", "lab", "--expect-no-changes")
+
+        ssh("ctl", "sacctmgr -i modify qos where name=gf-test set GrpTRES=gres/gpu=99 Priority=3")
+        out = proj.run("refresh", "--yes", "--diff", "--stack", "lab").stdout
+        assert "gres/gpu=99" in out, out[-3000:]
+        drift = qos_fields(proj)
+        assert (drift["GrpTRES"], drift["Priority"], drift["MaxTRESPerAccount"]) == ("gres/gpu=99", "3", "gres/gpu=4")
+        preview = proj.run("preview", "--diff", "--stack", "lab").stdout
+        assert "gf-test-qos" in preview and "gf-test-account" not in preview, preview[-3000:]
+
+        proj.run("up", "--yes", "--stack", "lab", timeout=600)
+        assert sacctmgr("qos", "name=gf-test", "GrpTRES,Priority") == "gres/gpu=8|10"
+        assert qos_fields(proj)["GrpTRES"] == "gres/gpu=8"
+        proj.run("up", "--yes", "--stack", "lab", "--expect-no-changes")
+    finally:
+        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=600)
+    assert sacctmgr("qos", "name=gf-test", "Name") == ""
+    assert sacctmgr("account", "name=gf-test", "Account") == ""
+    assert sacctmgr("association", f"cluster={cluster} user=gftest", "User") == ""
+
 
 
 BACKUPS = "/srv/gpu-fleet/backup/accounting"

@@ -53,6 +53,7 @@ from components.providers.file import FileProvider, backup_path, sha256_text
 from components.providers.packages import PackageSetProvider
 from components.layers.slurm.upgrades import SlurmPackagesProvider
 from components.providers.payload import PayloadProvider, sha256_file
+from components.providers.sacct import SacctObjectProvider
 from components.providers.systemd import UNIT_DIR, SystemdUnitProvider
 from components.transport import Connection, Result, SshTarget, display
 
@@ -372,6 +373,15 @@ def _zfs_case(tmp_path: Path, monkeypatch) -> tuple[dict, CannedHost]:
     return ZFS_PROPS, CannedHost(monkeypatch, display(ZfsDatasetsProvider().probe_argv(ZFS_PROPS)), answers)
 
 
+def _sacct_case(tmp_path: Path, monkeypatch) -> tuple[dict, CannedHost]:
+    """A QOS in slurmdbd; partly: there with its GrpTRES edited by hand."""
+    props = {"conn": CONN, "kind": "qos", "name": "gpu", "account": None, "cluster": None,
+             "fields": {"GrpTRES": "gres/gpu=8", "Priority": "10"}, "present": None, "created": None,
+             "before": None}
+    answers = {"absent": "", "partly": "gpu|gres/gpu=99|10\n", "there": "gpu|gres/gpu=8|10\n"}
+    return props, CannedHost(monkeypatch, display(SacctObjectProvider().probe_argv(props)), answers)
+
+
 CASES: dict[type, Case] = {
     FileProvider: Case(_file_case),
     # extra: re-imaged with the host's own original back at the path, its backup gone
@@ -385,6 +395,8 @@ CASES: dict[type, Case] = {
                                 refused={"too-old": "Slurm 22.05 upgrades in place only from 21.08 or 20.11"},
                                 refused_in_preview=True),
     SystemdUnitProvider: Case(_unit_case),
+    SacctObjectProvider: Case(_sacct_case),
+
     ZfsDatasetsProvider: Case(_zfs_case, extra_states=("pool-gone",),
                               refused={"pool-gone": "pool 'ai' is not imported"}),
 }

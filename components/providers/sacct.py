@@ -1,0 +1,235 @@
+"""Slurm's accounting objects (QOS, accounts, users' associations) as typed host primitives.
+
+One object a resource, read with the sacctmgr fact (components/facts/sacctmgr.py: one
+`sacctmgr show` each, batched with the host's other probes into one round trip), planned field
+by field by a pure planner (desired vs what sacctmgr prints -> one `sacctmgr -i modify` a
+field, or the reason it needs none), applied with `sacctmgr -i` and read again. The recorded
+`fields` are what sacctmgr prints, so `pulumi refresh` sees a field edited by hand (a QOS's
+GrpTRES, Priority, Preempt ...) as drift in that field, and the next `up` sets it back.
+
+Values are given as sacctmgr prints them (GraceTime `00:05:00`, memory `mem=100G`); TRES
+lists compare as sets of `name=count`, Preempt/QOS/Flags lists as sets, PreemptMode without
+case. Delete removes an object create added; one that was there before gets back the values
+of the fields this resource set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import pulumi
+from pulumi.dynamic import Resource
+
+from ..facts.sacctmgr import parse_parsable2, show_argv
+from ..transport.command import Piece
+from .base import HostPrimitive, Observed, PlanRefused, Props, Step
+
+#: the fields each kind manages, by sacctmgr's names (format= and set take the same)
+FIELDS = {
+    "qos": ("Description", "Priority", "GraceTime", "Preempt", "PreemptMode", "Flags", "UsageFactor",
+            "GrpTRES", "GrpJobs", "GrpSubmitJobs", "GrpWall", "MaxTRES", "MaxTRESPerAccount",
+            "MaxTRESPerUser", "MaxJobsPerAccount", "MaxJobsPerUser", "MaxSubmitJobsPerUser", "MaxWall"),
+    "account": ("Fairshare", "GrpTRES", "GrpJobs", "GrpSubmitJobs", "GrpWall", "MaxTRES", "MaxJobs",
+                "MaxSubmitJobs", "MaxWall", "QOS", "DefaultQOS"),
+    "user": ("Fairshare", "GrpTRES", "GrpJobs", "GrpSubmitJobs", "GrpWall", "MaxTRES", "MaxJobs",
+             "MaxSubmitJobs", "MaxWall", "QOS", "DefaultQOS"),
+}
+_LISTS = ("Preempt", "QOS", "Flags")
+_NOCASE = ("PreemptMode",)
+#: the key columns of each kind's `show`, ahead of its fields
+_KEYS = {"qos": ("Name",), "account": ("Cluster", "Account", "User", "Partition"),
+         "user": ("Cluster", "Account", "User", "Partition")}
+
+
+def canonical(field: str, value: Any) -> str:
+    """One spelling per value, so that what was asked and what sacctmgr prints compare equal."""
+    text = "" if value is None else str(value).strip()
+    if "TRES" in field:
+        return ",".join(sorted(p for p in text.split(",") if p))
+    if field in _LISTS:
+        return ",".join(sorted({p for p in text.split(",") if p}))
+    return text.lower() if field in _NOCASE else text
+
+
+def _cleared(field: str, actual: str) -> str:
+    """The `set` value that empties a field: each TRES -1, a list empty, a number or time -1."""
+    if "TRES" in field:
+        return ",".join(f"{p.split('=', 1)[0]}=-1" for p in actual.split(",") if p)
+    return "" if field in ("Preempt", "QOS", "Description") else "-1"
+
+
+def where(props: Props) -> list[str]:
+    """sacctmgr's `where` for the object (also its `modify` and `delete`)."""
+    kind, name = props["kind"], props["name"]
+    if kind == "qos":
+        return [f"name={name}"]
+    conds = [f"cluster={props['cluster']}"]
+    return [f"name={name}", *conds] if kind == "account" else [f"name={name}", f"account={props['account']}", *conds]
+
+
+def _columns(props: Props) -> list[str]:
+    """The key columns and the fields this resource manages (only those: a field name this
+    sacctmgr does not know would fail every read); a field the kind has not is refused."""
+    kind, fields = props["kind"], sorted(props.get("fields") or {})
+    unknown = [f for f in fields if f not in FIELDS[kind]]
+    if unknown:
+        raise PlanRefused(f"{kind} {props['name']}: no field {', '.join(unknown)} (a {kind} has "
+                          f"{', '.join(FIELDS[kind])})")
+    return [*_KEYS[kind], *fields]
+
+
+def probe_argv(props: Props) -> list[Piece]:
+    kind = props["kind"]
+    cols = _columns(props)
+    if kind == "qos":
+        return show_argv("qos", cols, name=props["name"])
+    conds = {"cluster": props["cluster"], "account": props["account"] if kind == "user" else props["name"]}
+    if kind == "user":
+        conds["user"] = props["name"]
+    return show_argv("association", cols, **conds)
+
+
+def parse(props: Props, stdout: str) -> Observed:
+    """{'present': bool, 'fields': {field: value as printed}} of this one object."""
+    kind = props["kind"]
+    rows = parse_parsable2(stdout, _columns(props))
+    if kind == "qos":
+        mine = [r for r in rows if r["Name"] == props["name"]]
+    else:
+        user = props["name"] if kind == "user" else ""
+        account = props["account"] if kind == "user" else props["name"]
+        mine = [r for r in rows if (r["Account"], r["User"], r["Partition"]) == (account, user, "")]
+    if not mine:
+        return {"present": False, "fields": {}}
+    return {"present": True, "fields": {f: v for f, v in mine[0].items() if f not in _KEYS[kind]}}
+
+
+@dataclass(frozen=True)
+class FieldPlan:
+    """What the planner decided for one field: a step, or why none is needed."""
+
+    field: str
+    step: Optional[Step]
+    why: str
+
+
+def plan_fields(props: Props, wanted: dict[str, Any], actual: dict[str, str]) -> list[FieldPlan]:
+    """Pure: for each wanted field, the `sacctmgr -i modify` that sets it, or the reason it needs
+    none. A TRES list is set whole: a TRES there but not wanted is set to -1."""
+    kind, out = props["kind"], []
+    for field in sorted(wanted):
+        want, have = canonical(field, wanted[field]), canonical(field, actual.get(field))
+        if want == have:
+            out.append(FieldPlan(field, None, f"no change: {field} is {have or 'empty'} already"))
+            continue
+        if not want:
+            value = _cleared(field, have)
+        elif "TRES" in field:
+            keep = {p.split("=", 1)[0] for p in want.split(",")}
+            gone = [f"{p.split('=', 1)[0]}=-1" for p in have.split(",") if p and p.split("=", 1)[0] not in keep]
+            value = ",".join([want, *gone])
+        else:
+            value = want
+        argv = ["sacctmgr", "-i", "modify", kind, "where", *where(props), "set", f"{field}={value}"]
+        out.append(FieldPlan(field, Step(argv, f"{field} {have or '(empty)'} -> {want or '(empty)'}"),
+                             f"{field} differs"))
+    return out
+
+
+def plan(props: Props, obs: Observed, wanted: dict[str, Any]) -> list[Step]:
+    """Pure: the steps from what the host has to `wanted` (add the object first when absent)."""
+    steps = []
+    if not obs["present"]:
+        steps.append(Step(add_argv(props), f"{props['kind']} {props['name']} absent"))
+    return steps + [p.step for p in plan_fields(props, wanted, obs["fields"]) if p.step is not None]
+
+
+def add_argv(props: Props) -> list[str]:
+    kind, name = props["kind"], props["name"]
+    if kind == "qos":
+        return ["sacctmgr", "-i", "add", "qos", name]
+    if kind == "account":
+        return ["sacctmgr", "-i", "add", "account", name, f"cluster={props['cluster']}"]
+    return ["sacctmgr", "-i", "add", "user", name, f"account={props['account']}", f"cluster={props['cluster']}"]
+
+
+def delete_argv(props: Props) -> list[str]:
+    return ["sacctmgr", "-i", "delete", props["kind"], "where", *where(props)]
+
+
+class SacctObjectProvider(HostPrimitive):
+    """One QOS, account or user association in slurmdbd, reached through the controller."""
+
+    replace_on = ("kind", "name", "account", "cluster")
+    record_keys = ("created", "before")
+
+    def key(self, props: Props) -> str:
+        what = f"{props['name']}@{props['account']}" if props["kind"] == "user" else props["name"]
+        return f"sacct:{props['kind']}:{what}"
+
+    def probe_argv(self, props: Props) -> list[Piece]:
+        return probe_argv(props)
+
+    def parse(self, props: Props, stdout: str) -> Observed:
+        return parse(props, stdout)
+
+    def desired(self, props: Props) -> dict[str, Any]:
+        return {"present": True, "fields": {f: canonical(f, v) for f, v in sorted((props.get("fields") or {}).items())}}
+
+    def state(self, props: Props, obs: Observed) -> dict[str, Any]:
+        return {"present": obs["present"],
+                "fields": {f: canonical(f, obs["fields"].get(f)) for f in sorted(props.get("fields") or {})}}
+
+    def remember(self, props: Props, before: Observed) -> Props:
+        """Whether create adds the object, and else the values it had in the fields set here."""
+        return {"created": not before["present"],
+                "before": {f: before["fields"].get(f, "") for f in sorted(props.get("fields") or {})}
+                if before["present"] else {}}
+
+    def plan(self, props: Props, obs: Observed, record: Props) -> list[Step]:
+        return plan(props, obs, props.get("fields") or {})
+
+    def plan_delete(self, props: Props, obs: Observed) -> list[Step]:
+        if not obs["present"]:
+            return []
+        if props.get("created"):
+            return [Step(delete_argv(props), f"remove {props['kind']} {props['name']} (created here)")]
+        return plan(props, obs, props.get("before") or {})
+
+
+def _props(kind: str, conn: dict, name: str, fields: Optional[dict], **keys: Optional[str]) -> dict:
+    return {"conn": conn, "kind": kind, "name": name, "account": keys.get("account"),
+            "cluster": keys.get("cluster"), "fields": {k: str(v) for k, v in (fields or {}).items()},
+            "present": None, "created": None, "before": None}
+
+
+class SlurmQos(Resource, module="slurm", name="Qos"):
+    """A QOS in slurmdbd, its fields as given (sacctmgr's names and spelling)."""
+
+    fields: pulumi.Output[dict]
+
+    def __init__(self, name: str, *, conn: dict, qos: str, fields: Optional[dict] = None,
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__(SacctObjectProvider(), name, _props("qos", conn, qos, fields), opts)
+
+
+class SlurmAccount(Resource, module="slurm", name="Account"):
+    """An account on a cluster, its association's fields as given."""
+
+    fields: pulumi.Output[dict]
+
+    def __init__(self, name: str, *, conn: dict, account: str, cluster: str, fields: Optional[dict] = None,
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__(SacctObjectProvider(), name, _props("account", conn, account, fields, cluster=cluster), opts)
+
+
+class SlurmUser(Resource, module="slurm", name="User"):
+    """A user's association with an account on a cluster, its fields as given."""
+
+    fields: pulumi.Output[dict]
+
+    def __init__(self, name: str, *, conn: dict, user: str, account: str, cluster: str,
+                 fields: Optional[dict] = None, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__(SacctObjectProvider(), name,
+                         _props("user", conn, user, fields, account=account, cluster=cluster), opts)

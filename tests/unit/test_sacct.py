@@ -1,0 +1,107 @@
+"""SacctObject (components/providers/sacct.py): the sacctmgr probe's parser and the pure
+per-field planner, idempotence included (re-planning on the state the steps leave gives none)."""
+
+from __future__ import annotations
+
+import pytest
+
+from components.providers.base import PlanRefused
+from components.providers.sacct import SacctObjectProvider, canonical, parse, plan, plan_fields, probe_argv
+
+QOS = {"kind": "qos", "name": "gpu", "account": None, "cluster": None,
+       "fields": {"GrpTRES": "gres/gpu=8", "MaxTRESPerAccount": "gres/gpu=4", "Priority": "10",
+                  "Preempt": "scavenger,low", "PreemptMode": "REQUEUE", "GraceTime": "00:05:00"}}
+USER = {"kind": "user", "name": "alice", "account": "ml", "cluster": "lab", "fields": {"MaxJobs": "4"}}
+COLS = ["Name", "GraceTime", "GrpTRES", "MaxTRESPerAccount", "Preempt", "PreemptMode", "Priority"]
+
+
+def printed(**fields: str) -> str:
+    """One `show qos` line as sacctmgr prints it (parsable2), in the probe's column order."""
+    row = {"Name": "gpu", **fields}
+    return "|".join(row.get(c, "") for c in COLS) + "\n"
+
+
+def applied(props: dict, obs: dict, steps) -> dict:
+    """The state the steps leave, as sacctmgr would print it (each `set F=V` taken literally,
+    a TRES -1 dropped)."""
+    fields = dict(obs["fields"])
+    for s in steps:
+        if s.argv[2] == "add":
+            fields = {f: "" for f in props["fields"]}
+        if "set" in s.argv:
+            f, _, v = s.argv[-1].partition("=")
+            fields[f] = ",".join(p for p in v.split(",") if not p.endswith("=-1")) if v != "-1" else ""
+    return {"present": True, "fields": fields}
+
+
+def test_the_probe_asks_for_the_managed_fields_only():
+    assert probe_argv(QOS) == ["sacctmgr", "--noheader", "--parsable2", "show", "qos", "where", "name=gpu",
+                               "format=" + ",".join(COLS)]
+    assert probe_argv(USER) == ["sacctmgr", "--noheader", "--parsable2", "show", "association", "where",
+                                "cluster=lab", "account=ml", "user=alice",
+                                "format=Cluster,Account,User,Partition,MaxJobs"]
+
+
+def test_parse_finds_the_object_and_nothing_else():
+    assert parse(QOS, "") == {"present": False, "fields": {}}
+    got = parse(QOS, "sacctmgr: warning\n" + printed(GrpTRES="gres/gpu=8", Priority="10"))
+    assert got["present"] and got["fields"]["GrpTRES"] == "gres/gpu=8" and got["fields"]["Preempt"] == ""
+    rows = "lab|ml|||\nlab|ml|bob||2\nlab|ml|alice|p1|9\nlab|ml|alice||4\n"
+    assert parse(USER, rows) == {"present": True, "fields": {"MaxJobs": "4"}}
+    assert parse({**USER, "name": "carol"}, rows)["present"] is False
+
+
+def test_an_absent_qos_is_added_then_set_field_by_field_and_the_replan_is_empty():
+    obs = parse(QOS, "")
+    steps = plan(QOS, obs, QOS["fields"])
+    assert steps[0].argv == ["sacctmgr", "-i", "add", "qos", "gpu"]
+    assert [s.argv[-1] for s in steps[1:]] == [
+        "GraceTime=00:05:00", "GrpTRES=gres/gpu=8", "MaxTRESPerAccount=gres/gpu=4", "Preempt=low,scavenger",
+        "PreemptMode=requeue", "Priority=10"]
+    assert all(s.argv[:6] == ["sacctmgr", "-i", "modify", "qos", "where", "name=gpu"] for s in steps[1:])
+    assert plan(QOS, applied(QOS, obs, steps), QOS["fields"]) == []
+
+
+def test_a_hand_edit_is_one_step_for_that_field_and_unchanged_fields_say_why():
+    there = {"present": True, "fields": {"GrpTRES": "cpu=4,gres/gpu=99", "MaxTRESPerAccount": "gres/gpu=4",
+                                         "Priority": "10", "Preempt": "low,scavenger", "PreemptMode": "requeue",
+                                         "GraceTime": "00:05:00"}}
+    plans = {p.field: p for p in plan_fields(QOS, QOS["fields"], there["fields"])}
+    assert plans["GrpTRES"].step.argv[-1] == "GrpTRES=gres/gpu=8,cpu=-1"
+    assert plans["GrpTRES"].step.why == "GrpTRES cpu=4,gres/gpu=99 -> gres/gpu=8"
+    assert plans["Priority"].step is None and plans["Priority"].why == "no change: Priority is 10 already"
+    steps = plan(QOS, there, QOS["fields"])
+    assert len(steps) == 1
+    assert plan(QOS, applied(QOS, there, steps), QOS["fields"]) == []
+
+
+@pytest.mark.parametrize("field, have, set_", [
+    ("GrpTRES", "cpu=4,gres/gpu=8", "GrpTRES=cpu=-1,gres/gpu=-1"),
+    ("Preempt", "low", "Preempt="),
+    ("Priority", "10", "Priority=-1"),
+])
+def test_an_empty_wish_clears_the_field(field, have, set_):
+    props = {**QOS, "fields": {field: ""}}
+    [p] = plan_fields(props, props["fields"], {field: have})
+    assert p.step.argv[-1] == set_
+
+
+def test_equal_values_in_another_spelling_need_nothing():
+    assert canonical("GrpTRES", "gres/gpu=8,cpu=4") == canonical("GrpTRES", "cpu=4,gres/gpu=8")
+    assert canonical("Preempt", "b,a,a") == "a,b" and canonical("PreemptMode", "REQUEUE") == "requeue"
+
+
+def test_an_unknown_field_is_refused_before_any_read():
+    with pytest.raises(PlanRefused, match="qos gpu: no field MaxNodes"):
+        probe_argv({**QOS, "fields": {"MaxNodes": "2"}})
+
+
+def test_delete_removes_what_create_added_and_restores_what_it_found():
+    p = SacctObjectProvider()
+    there = {"present": True, "fields": {"MaxJobs": "4"}}
+    assert [s.argv for s in p.plan_delete({**USER, "created": True}, there)] == [
+        ["sacctmgr", "-i", "delete", "user", "where", "name=alice", "account=ml", "cluster=lab"]]
+    found = {**USER, "created": False, "before": {"MaxJobs": "2"}}
+    assert [s.argv[-1] for s in p.plan_delete(found, there)] == ["MaxJobs=2"]
+    assert p.plan_delete({**USER, "created": True}, {"present": False, "fields": {}}) == []
+    assert p.remember(USER, there) == {"created": False, "before": {"MaxJobs": "4"}}
