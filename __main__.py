@@ -28,27 +28,6 @@ except FleetError as e:
 
 fleet = Fleet(stack, cfg, Path(__file__).resolve().parent, secrets)
 pulumi.export("summary", fleet.summary)
-pulumi.export("admission", fleet.admission.output())
-if fleet.storage is not None:
-    for key, value in fleet.storage.exports().items():
+for built in fleet.built():
+    for key, value in built.exports().items():
         pulumi.export(key, value)
-if fleet.gpu is not None:
-    for key, value in fleet.gpu.exports().items():
-        pulumi.export(key, value)
-if fleet.model is not None:
-    for key, value in fleet.model.exports().items():
-        pulumi.export(key, value)
-if fleet.k3s is not None:
-    for key, value in fleet.k3s.exports().items():
-        pulumi.export(key, value)
-if fleet.slurm is not None:
-    pulumi.export("slurmNodes", fleet.slurm.admitted)
-if fleet.accounting is not None:
-    for key, value in fleet.accounting.exports().items():
-        pulumi.export(key, value)
-if fleet.web is not None:
-    pulumi.export("web", fleet.web.output())
-if fleet.guards is not None:
-    pulumi.export("guards", fleet.guards.output())
-if fleet.acceptance is not None and fleet.acceptance.canary is not None:
-    pulumi.export("canary", fleet.acceptance.output())

@@ -53,9 +53,9 @@ class Admission:
     admitted: pulumi.Output[list]
     refused: pulumi.Output[dict]
 
-    def output(self) -> pulumi.Output[dict]:
-        return pulumi.Output.all(self.admitted, self.refused).apply(
-            lambda t: {"admitted": t[0], "refused": t[1]})
+    def exports(self) -> dict[str, pulumi.Input]:
+        return {"admission": pulumi.Output.all(self.admitted, self.refused).apply(
+            lambda t: {"admitted": t[0], "refused": t[1]})}
 
 
 def decide(candidates: Sequence[NodeSpec], verdicts: Mapping[str, tuple[frozenset, list, dict]]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Protocol
 
 import pulumi
 
@@ -27,7 +27,7 @@ from .config.fleet import FleetConfig
 from .inventory import Inventory, fleet_summary
 from .site import Site
 from .layers.acceptance.component import Acceptance, AcceptanceInputs
-from .layers.slurm.canary import JobPaths
+from .layers.slurm.canary import JobPaths, JobSpec
 from .layers.accounting.component import JWT_KEY, RESTD_SOCKET_DIR, Accounting, AccountingInputs
 from .layers.gpu_runtime.component import GpuRuntime, GpuRuntimeInputs
 from .layers.guards.component import Guards, GuardsInputs
@@ -36,6 +36,12 @@ from .layers.model_snapshot.component import ModelSnapshot, ModelSnapshotInputs
 from .layers.slurm.component import SlurmCluster, SlurmInputs
 from .layers.storage.component import Storage, StorageInputs
 from .layers.web.component import Web, WebInputs
+
+
+class Exports(Protocol):
+    """What every layer's outputs (and the admission) hand to the stack's outputs."""
+
+    def exports(self) -> dict[str, pulumi.Input]: ...
 
 
 @dataclass(frozen=True)
@@ -104,27 +110,42 @@ class Fleet(pulumi.ComponentResource):
         accounting = (cfg.accounting.enabled and secrets.db_password is not None
                       and secrets.jwt_key is not None)
         controller_gate, hand_over = pulumi.deferred_output()
-        self.slurm = SlurmCluster(SlurmInputs(
-            cfg, root, secrets.munge_key, self.admission, controller_gate, accounting, job_paths,
-            node_after), child).outputs
+        job = JobSpec(site=site, canary_user=cfg.slurm.canary_user,
+                      partitions=tuple(p.name for p in cfg.slurm.partitions),
+                      timeout_s=cfg.acceptance.job_timeout_s, accounting=accounting, paths=job_paths)
+        self.slurm = SlurmCluster("slurm", SlurmInputs(
+            site=site, slurm=cfg.slurm, acceptance=cfg.acceptance.enabled, munge_key=secrets.munge_key,
+            admission=self.admission, controller_gate=controller_gate, accounting=accounting, job=job,
+            node_after=node_after), child).outputs
         after = [self.slurm.reconfigured]
         if accounting:
-            self.accounting = Accounting(AccountingInputs(
-                cfg, root, secrets.db_password, secrets.jwt_key, self.slurm.controller_base,
-                self.slurm.slurmctld), child).outputs
+            self.accounting = Accounting("accounting", AccountingInputs(
+                site=site, accounting=cfg.accounting, cluster_name=cfg.slurm.cluster_name,
+                slurm_debian_version=cfg.slurm.release.debian_version, db_password=secrets.db_password,
+                jwt_key=secrets.jwt_key, controller_base=self.slurm.controller_base,
+                slurmctld=self.slurm.slurmctld), child).outputs
             hand_over(pulumi.Output.from_input([self.accounting.ready]))
             after.append(self.accounting.checked)
             if cfg.web.enabled:
-                self.web = Web(WebInputs(cfg, root, RESTD_SOCKET_DIR, JWT_KEY, [self.accounting.checked]),
-                               child).outputs
+                self.web = Web("web", WebInputs(
+                    site=site, web=cfg.web, restd_socket_dir=RESTD_SOCKET_DIR, jwt_key=JWT_KEY,
+                    after=[self.accounting.checked]), child).outputs
         else:
             hand_over(pulumi.Output.from_input([]))
         if cfg.guards.enabled:
             # each GPU node's guard, once the node's slurmd has registered (it drains through slurmctld)
-            self.guards = Guards(GuardsInputs(cfg, root, [self.slurm.reconfigured]), child).outputs
+            self.guards = Guards("guards", GuardsInputs(
+                site=site, guards=cfg.guards, pynvml_dir=cfg.gpu_runtime.pynvml_dir,
+                after=[self.slurm.reconfigured]), child).outputs
             after.extend(self.guards.checks.values())  # the partitions open on guarded nodes only
         if self.model is not None:
             after.append(self.model.view)
-        self.acceptance = Acceptance(AcceptanceInputs(
-            cfg, root, self.slurm.admitted, after, self.slurm.triggers, accounting, final_paths), child).outputs
+        self.acceptance = Acceptance("acceptance", AcceptanceInputs(
+            job=job.at(final_paths), enabled=cfg.acceptance.enabled, admitted=self.slurm.admitted,
+            after=after, triggers=self.slurm.triggers), child).outputs
         self.register_outputs({"summary": self.summary})
+
+    def built(self) -> list[Exports]:
+        """The admission and every layer built, in the order the stack exports them."""
+        return [x for x in (self.admission, self.storage, self.gpu, self.model, self.k3s, self.slurm,
+                            self.accounting, self.web, self.guards, self.acceptance) if x is not None]

@@ -221,7 +221,7 @@ def test_admission_refuses_a_node_the_gpu_gate_failed_and_says_why(graph):
         # the mock baseline passes every node it probed
         assert out == {"admitted": ["gpu01", "gpu02", "gpu03"], "refused": {}}
 
-    return fleet.admission.output().apply(check)
+    return fleet.admission.exports()["admission"].apply(check)
 
 
 STORAGE = {"enabled": True, "clients": "192.0.2.0/24", "server": "ganesha", "client": "fuse-libnfs",
@@ -265,7 +265,7 @@ def test_storage_comes_first_and_gates_admission(stored_graph):
             ("/mnt/models/.gpu-fleet-store", "/mnt/data/jobs", "/mnt/models")
         assert g.inputs["canary-first"]["job_root"] == "/mnt/data/jobs"
 
-    return pulumi.Output.all(fleet.admission.output(), fleet.acceptance.canary.urn).apply(lambda t: check(t[0]))
+    return pulumi.Output.all(fleet.admission.exports()["admission"], fleet.acceptance.canary.urn).apply(lambda t: check(t[0]))
 
 
 @pulumi.runtime.test

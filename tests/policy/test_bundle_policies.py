@@ -14,7 +14,7 @@ from gpu_fleet_policies.props import ACCOUNTS, FILES
 from .fakes import CONN, UNKNOWN_OBJ, policy_resource, resource_args, stack_args, violations
 from .test_validators import CANARY_SLURM, cfg
 
-CGROUP = render_cgroup_conf(cfg("canary"))
+CGROUP = render_cgroup_conf(cfg("canary").slurm)
 
 
 def by_hash(path: str, text: str) -> dict:

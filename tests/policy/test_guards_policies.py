@@ -26,7 +26,8 @@ def _relax():
 def rendered(memory: bool) -> str:
     raw = stack_config("canary")
     raw["gpu-fleet:guards"] = {"enabled": True, **({"memory": {}} if memory else {})}
-    return render.render_unit(parse_fleet_config(raw, "canary"))
+    cfg = parse_fleet_config(raw, "canary")
+    return render.render_unit(cfg.guards, cfg.gpu_runtime.pynvml_dir)
 
 
 def unit(content, name=render.UNIT, dropins=None):

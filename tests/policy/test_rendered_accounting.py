@@ -16,12 +16,12 @@ def cfg(accounting_cfg):
 
 
 def test_rendered_accounting_files_pass_the_policies(cfg):
-    mariadb = file_args("/etc/mysql/mariadb.conf.d/60-gpu-fleet.cnf", render_mariadb_cnf(cfg))
+    mariadb = file_args("/etc/mysql/mariadb.conf.d/60-gpu-fleet.cnf", render_mariadb_cnf(cfg.accounting))
     assert violations(exposure.validate_mariadb_loopback, mariadb) == []
-    unit = resource_args(SYSTEMD_UNIT, {"name": "slurmrestd.service", "content": render_slurmrestd_unit(cfg),
+    unit = resource_args(SYSTEMD_UNIT, {"name": "slurmrestd.service", "content": render_slurmrestd_unit(cfg.accounting),
                                         "dropins": {}, "enabled": True, "active": True})
     assert violations(exposure.validate_slurmrestd_unix_socket, unit) == []
-    plain = file_args("/etc/slurm/slurmdbd.conf", render_slurmdbd_conf(cfg, "pw"), mode="0600",
+    plain = file_args("/etc/slurm/slurmdbd.conf", render_slurmdbd_conf(cfg.accounting, cfg.hosts.controller, "pw"), mode="0600",
                       owner="slurm", group="slurm", secret=True)
     assert violations(secrets.validate_content_is_secret, plain)  # plain text is refused
 
@@ -31,7 +31,7 @@ def test_rendered_accounting_files_pass_the_policies(cfg):
 def test_rendered_slurmdbd_firewall_passes_and_an_open_one_does_not(cfg):
     from components.layers.accounting import firewall as fw
 
-    rules = fw.render_ruleset(fw.allowed_sources(cfg))
+    rules = fw.render_ruleset(fw.allowed_sources(cfg.accounting, cfg.hosts, cfg.nodes))
     assert violations(exposure.validate_slurmdbd_firewall, file_args(fw.RULES_PATH, rules)) == []
     wide = fw.render_ruleset(["0.0.0.0/0"])
     got = violations(exposure.validate_slurmdbd_firewall, file_args(fw.RULES_PATH, wide))

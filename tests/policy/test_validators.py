@@ -38,8 +38,10 @@ def cfg(stack: str):
     return parse_fleet_config(VALID_STACKS[stack](), stack)
 
 
-CANARY_SLURM = render_slurm_conf(cfg("canary"), accounting_host="storage")
-CANARY_CGROUP = render_cgroup_conf(cfg("canary"))
+CANARY = cfg("canary")
+CANARY_SLURM = render_slurm_conf(CANARY.slurm, CANARY.hosts.controller, CANARY.slurm_nodes(),
+                                 acceptance=CANARY.acceptance.enabled, accounting_host="storage")
+CANARY_CGROUP = render_cgroup_conf(cfg("canary").slurm)
 SLURM_POLICIES = [slurm.validate_cgroup_confinement, slurm.validate_cgroup_plugins,
                   slurm.validate_no_root_jobs, slurm.validate_munge_auth, slurm.validate_typed_gres,
                   slurm.validate_gpu_accounting]
@@ -99,9 +101,11 @@ def test_rendered_slurm_files_pass_every_policy(stack, accounting, plugin):
     raw = VALID_STACKS[stack]()
     raw["gpu-fleet:slurm"]["cgroup_plugin"] = plugin
     fleet = parse_fleet_config(raw, stack)
-    for path, text in [("/etc/slurm/slurm.conf", render_slurm_conf(fleet, accounting_host=accounting)),
-                       ("/etc/slurm/gres.conf", render_gres_conf(fleet)),
-                       ("/etc/slurm/cgroup.conf", render_cgroup_conf(fleet))]:
+    for path, text in [("/etc/slurm/slurm.conf", render_slurm_conf(
+                           fleet.slurm, fleet.hosts.controller, fleet.slurm_nodes(),
+                           acceptance=fleet.acceptance.enabled, accounting_host=accounting)),
+                       ("/etc/slurm/gres.conf", render_gres_conf(fleet.slurm, fleet.slurm_nodes())),
+                       ("/etc/slurm/cgroup.conf", render_cgroup_conf(fleet.slurm))]:
         assert all_violations(file_args(path, text)) == [], path
 
 
@@ -194,7 +198,8 @@ def test_gpu_accounting():
     assert "does not count gres/gpu, gres/gpu:v100" in violations(
         slurm.validate_gpu_accounting, file_args("/etc/slurm/slurm.conf", gone))[0]
     # accounting off: nothing to count
-    no_acct = render_slurm_conf(cfg("canary"))
+    no_acct = render_slurm_conf(CANARY.slurm, CANARY.hosts.controller, CANARY.slurm_nodes(),
+                                acceptance=CANARY.acceptance.enabled)
     assert violations(slurm.validate_gpu_accounting, file_args("/etc/slurm/slurm.conf", no_acct)) == []
     none = bad.replace("accounting_storage/slurmdbd", "accounting_storage/none")
     assert violations(slurm.validate_gpu_accounting, file_args("/etc/slurm/slurm.conf", none)) == []

@@ -16,7 +16,7 @@ def cfg(accounting_cfg):
 
 
 def test_slurmdbd_conf(cfg):
-    text = render_slurmdbd_conf(cfg, "pw-123")
+    text = render_slurmdbd_conf(cfg.accounting, cfg.hosts.controller, "pw-123")
     lines = text.splitlines()
     for want in ("AuthType=auth/munge", "AuthAltTypes=auth/jwt", "StorageHost=127.0.0.1",
                  "StoragePass=pw-123", "StorageLoc=slurm_acct_db", "DbdHost=storage"):

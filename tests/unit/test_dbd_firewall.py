@@ -21,14 +21,14 @@ def full_cfg(**accounting):
 
 def test_golden_ruleset_and_unit():
     cfg = full_cfg(dbd_clients=["198.51.100.0/28", "2001:db8::/64"])
-    check_golden("full.slurmdbd-firewall.nft", fw.render_ruleset(fw.allowed_sources(cfg)))
+    check_golden("full.slurmdbd-firewall.nft", fw.render_ruleset(fw.allowed_sources(cfg.accounting, cfg.hosts, cfg.nodes)))
     check_golden("slurmdbd-firewall.service", fw.render_unit())
 
 
 def test_sources_are_the_nodes_the_controller_and_the_extra_networks():
     cfg = full_cfg(dbd_clients=["198.51.100.0/28"])
     nodes = {n.address for n in cfg.nodes}
-    got = fw.allowed_sources(cfg)
+    got = fw.allowed_sources(cfg.accounting, cfg.hosts, cfg.nodes)
     nets = [ipaddress.ip_network(s) for s in got]
     for addr in nodes | {cfg.hosts.controller.address, "198.51.100.7"}:
         assert any(ipaddress.ip_address(addr) in n for n in nets), (addr, got)
@@ -53,9 +53,9 @@ def test_storage_host_outside_the_compute_network_is_an_outsider():
                               "controller": {"name": "ctl", "address": "192.0.2.10"}}
     raw["gpu-fleet:accounting"] = {"enabled": True}
     cfg = parse_fleet_config(raw, "canary")
-    assert [h.name for h in fw.outsiders(cfg)] == ["nas"]
+    assert [h.name for h in fw.outsiders(cfg.accounting, cfg.hosts, cfg.nodes)] == ["nas"]
     raw["gpu-fleet:accounting"] = {"enabled": True, "dbd_clients": ["192.0.2.0/24"]}
-    assert fw.outsiders(parse_fleet_config(raw, "canary")) == []
+    assert fw.outsiders(*_fw_slice(parse_fleet_config(raw, "canary"))) == []
 
 
 def test_a_dns_named_node_needs_the_compute_network():
@@ -87,3 +87,7 @@ def test_reachability_verdict_both_sides():
     assert fails == ["node1 cannot reach slurmdbd at 10.0.0.11:6819 (Connection refused)",
                      "storage reaches slurmdbd at 10.0.0.11:6819 although it is outside the allowed "
                      "sources: the firewall does not hold"]
+
+
+def _fw_slice(cfg):
+    return cfg.accounting, cfg.hosts, cfg.nodes

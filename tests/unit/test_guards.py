@@ -424,16 +424,16 @@ def guarded(**guards):
 def test_golden_config_and_unit():
     cfg = parse_fleet_config(guarded(), "canary")
     node = next(n for n in cfg.slurm_nodes() if n.gpus)
-    check_golden("guards.guard.json", render.render_config(cfg, node.name))
-    check_golden("guards.gpu-fleet-guard.service", render.render_unit(cfg))
-    assert "CapabilityBoundingSet=\n" in render.render_unit(cfg)  # no capability at all
+    check_golden("guards.guard.json", render.render_config(cfg.guards, node))
+    check_golden("guards.gpu-fleet-guard.service", render.render_unit(cfg.guards, cfg.gpu_runtime.pynvml_dir))
+    assert "CapabilityBoundingSet=\n" in render.render_unit(cfg.guards, cfg.gpu_runtime.pynvml_dir)  # no capability at all
 
 
 def test_golden_with_the_memory_guard_which_alone_may_signal_other_users():
     cfg = parse_fleet_config(guarded(memory={"protect": ["vllm"], "unified_memory": True}), "canary")
     node = next(n for n in cfg.slurm_nodes() if n.gpus)
-    check_golden("guards.memory.guard.json", render.render_config(cfg, node.name))
-    assert "CapabilityBoundingSet=CAP_KILL\n" in render.render_unit(cfg)
+    check_golden("guards.memory.guard.json", render.render_config(cfg.guards, node))
+    assert "CapabilityBoundingSet=CAP_KILL\n" in render.render_unit(cfg.guards, cfg.gpu_runtime.pynvml_dir)
 
 
 @pytest.mark.parametrize("guards, field, words", [

@@ -32,14 +32,16 @@ VALID_STACKS = {"canary": lambda: stack_config("canary"), "full": fleet14}
 @pytest.mark.parametrize("stack", sorted(VALID_STACKS))
 def test_golden(stack):
     cfg = parse_fleet_config(VALID_STACKS[stack](), stack)
-    check_golden(f"{stack}.slurm.conf", render_slurm_conf(cfg, accounting_host="storage"))
-    check_golden(f"{stack}.gres.conf", render_gres_conf(cfg))
-    check_golden(f"{stack}.cgroup.conf", render_cgroup_conf(cfg))
+    check_golden(f"{stack}.slurm.conf", render_slurm_conf(
+        cfg.slurm, cfg.hosts.controller, cfg.slurm_nodes(), acceptance=cfg.acceptance.enabled,
+        accounting_host="storage"))
+    check_golden(f"{stack}.gres.conf", render_gres_conf(cfg.slurm, cfg.slurm_nodes()))
+    check_golden(f"{stack}.cgroup.conf", render_cgroup_conf(cfg.slurm))
 
 
 def test_full_conf_contracts():
     cfg = parse_fleet_config(fleet14(), "full")
-    conf = render_slurm_conf(cfg, accounting_host="storage")
+    conf = render_slurm_conf(cfg.slurm, cfg.hosts.controller, cfg.slurm_nodes(), acceptance=cfg.acceptance.enabled, accounting_host="storage")
     for line in ["SelectType=select/cons_tres", "SelectTypeParameters=CR_Core_Memory", "GresTypes=gpu",
                  "ProctrackType=proctrack/cgroup", "TaskPlugin=task/cgroup,task/affinity",
                  "AuthType=auth/munge", "CredType=cred/munge", "SchedulerType=sched/backfill",
@@ -55,7 +57,8 @@ def test_k3s_nodes_outside_the_partition_are_never_added():
     raw = stack_config("full")
     raw["gpu-fleet:slurm"]["partitions"][0]["nodes"] = ["gpu01", "gpu02"]
     del raw["gpu-fleet:k3s_retirement"]
-    conf = render_slurm_conf(parse_fleet_config(raw, "full"))
+    full = parse_fleet_config(raw, "full")
+    conf = render_slurm_conf(full.slurm, full.hosts.controller, full.slurm_nodes(), acceptance=full.acceptance.enabled)
     assert [l.split()[0] for l in conf.splitlines() if l.startswith("NodeName=")] == [
         "NodeName=gpu01", "NodeName=gpu02"]
 
@@ -63,13 +66,14 @@ def test_k3s_nodes_outside_the_partition_are_never_added():
 def test_cgroup_v1_needs_automount():
     raw = stack_config("canary")
     raw["gpu-fleet:slurm"]["cgroup_plugin"] = "cgroup/v1"
-    text = render_cgroup_conf(parse_fleet_config(raw, "canary"))
+    text = render_cgroup_conf(parse_fleet_config(raw, "canary").slurm)
     assert "CgroupPlugin=cgroup/v1\nCgroupAutomount=yes\n" in text
-    assert "CgroupAutomount" not in render_cgroup_conf(parse_fleet_config(stack_config("canary"), "c"))
+    assert "CgroupAutomount" not in render_cgroup_conf(parse_fleet_config(stack_config("canary"), "c").slurm)
 
 
 def test_gres_files_per_node():
-    text = render_gres_conf(parse_fleet_config(stack_config("canary"), "canary"))
+    canary = parse_fleet_config(stack_config("canary"), "canary")
+    text = render_gres_conf(canary.slurm, canary.slurm_nodes())
     assert "NodeName=gpu01 Name=gpu Type=v100 File=/dev/nvidia[0-7]" in text
 
 

@@ -42,7 +42,7 @@ def problems(raw) -> list[str]:
 
 CFG = parse_fleet_config(web_raw(runtime={"cgroup_manager": "cgroupfs", "keyring": False, "default_sysctls": False,
                                           "insecure_registries": ["storage:5000"]}), "canary")
-SPECS = container_specs(CFG, "/run/slurmrestd", "/etc/slurm/jwt_hs256.key")
+SPECS = container_specs(CFG.web, "/run/slurmrestd", "/etc/slurm/jwt_hs256.key")
 
 
 # ---- config ---------------------------------------------------------------------------------
@@ -91,9 +91,10 @@ def test_golden_container_units(component):
 @pytest.mark.parametrize("name, fn", [
     ("web.containers.conf", render_containers_conf), ("web.registries.conf", render_registries_conf),
     ("web.gpu-fleet-web-token.service", render_token_unit), ("web.gpu-fleet-web-token.timer", render_token_timer),
-    ("web.gpu-fleet-web-health.service", render_health_unit), ("web.gpu-fleet-web-health.timer", render_health_timer)])
+    ("web.gpu-fleet-web-health.service", lambda _: render_health_unit()),
+    ("web.gpu-fleet-web-health.timer", render_health_timer)])
 def test_golden_engine_and_timers(name, fn):
-    check_golden(name, fn(CFG))
+    check_golden(name, fn(CFG.web))
 
 
 def test_every_hardening_flag_is_on_the_run_line():
@@ -120,13 +121,13 @@ def test_the_agent_has_no_port_and_never_the_signing_key():
 
 
 def test_the_token_is_renewed_before_it_expires():
-    assert "OnUnitActiveSec=2700s" in render_token_timer(CFG)  # 3600 - 900
-    assert "slurmweb 3600 /etc/gpu-fleet/web/agent/token 64210" in render_token_unit(CFG)
+    assert "OnUnitActiveSec=2700s" in render_token_timer(CFG.web)  # 3600 - 900
+    assert "slurmweb 3600 /etc/gpu-fleet/web/agent/token 64210" in render_token_unit(CFG.web)
 
 
 def test_real_fleet_defaults_keep_podmans_own_settings():
     cfg = parse_fleet_config(web_raw(), "canary")
-    text = render_containers_conf(cfg)
+    text = render_containers_conf(cfg.web)
     assert 'cgroup_manager = "systemd"' in text
     assert "keyring" not in text and "default_sysctls" not in text
 
@@ -248,7 +249,7 @@ def test_a_tailnet_address_outside_the_tailnet_ranges_is_refused():
 
 def test_the_tailnet_adds_one_published_address_to_the_gateway_only():
     cfg = parse_fleet_config(web_raw(tailnet={"address": "100.64.0.11", "change_id": "t1"}), "canary")
-    specs = container_specs(cfg, "/run/slurmrestd", "/etc/slurm/jwt_hs256.key")
+    specs = container_specs(cfg.web, "/run/slurmrestd", "/etc/slurm/jwt_hs256.key")
     assert specs[GATEWAY]["publish"] == [{"address": a, "host_port": 8080, "container_port": 8080}
                                          for a in ("127.0.0.1", "100.64.0.11")]
     assert specs[GATEWAY]["tailnet"] == "100.64.0.11"
@@ -256,7 +257,7 @@ def test_the_tailnet_adds_one_published_address_to_the_gateway_only():
     assert "--publish=100.64.0.11:8080:8080/tcp" in podman_run_argv(specs[GATEWAY])
     v6 = parse_fleet_config(web_raw(tailnet={"address": "fd7a:115c:a1e0::b", "change_id": "t1"}), "canary")
     assert "--publish=[fd7a:115c:a1e0::b]:8080:8080/tcp" in podman_run_argv(
-        container_specs(v6, "/run/slurmrestd", "/k")[GATEWAY])
+        container_specs(v6.web, "/run/slurmrestd", "/k")[GATEWAY])
 
 
 def test_the_check_allows_the_declared_tailnet_binding_only():

@@ -12,27 +12,26 @@ Slurm layer applied changes (`triggers`), and not at all when nothing did.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 import pulumi
 
-from ...config.fleet import FleetConfig
-from ..slurm.canary import CanaryJob, JobPaths, JobSpec
+from ...site import Site
+from ..slurm.canary import CanaryJob, JobSpec
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AcceptanceInputs:
-    cfg: FleetConfig
-    root: Path
+    #: how the job runs (site, the Slurm layer's canary user and partitions, acceptance's timeout,
+    #: the store's paths), shared with the Slurm layer's canary-first gate
+    job: JobSpec
+    #: acceptance.enabled: off, no job runs
+    enabled: bool
     admitted: pulumi.Output[list]
     #: what the job must come after: the Slurm layer's reconfigure, accounting's check
     after: Sequence[pulumi.Resource]
     #: hashes of what the Slurm layer applied; a change re-runs the job
     triggers: Mapping[str, pulumi.Input]
-    accounting: bool
-    #: the store's marker, job root and read-only mount (storage layer), else /tmp only
-    job_paths: JobPaths = JobPaths()
 
 
 @dataclass(frozen=True)
@@ -40,17 +39,18 @@ class AcceptanceOutputs:
     #: None when the stack has no GPU node to accept on, or acceptance is off
     canary: Optional[CanaryJob]
 
-    def output(self) -> Optional[pulumi.Output[dict]]:
+    def exports(self) -> dict[str, pulumi.Input]:
+        """`canary`, where a job runs."""
         c = self.canary
         if c is None:
-            return None
-        return pulumi.Output.all(c.passed, c.job_id, c.cuda_visible_devices, c.cgroup).apply(
-            lambda t: {"passed": t[0], "jobId": t[1], "cudaVisibleDevices": t[2], "cgroup": t[3]})
+            return {}
+        return {"canary": pulumi.Output.all(c.passed, c.job_id, c.cuda_visible_devices, c.cgroup).apply(
+            lambda t: {"passed": t[0], "jobId": t[1], "cudaVisibleDevices": t[2], "cgroup": t[3]})}
 
 
-def pick_canary(cfg: FleetConfig, admitted: list[str]) -> str:
+def pick_canary(site: Site, admitted: list[str]) -> str:
     """The stack's canary if admitted, else the first admitted GPU node ('' if none)."""
-    for n in [*cfg.canary_nodes(), *cfg.slurm_nodes()]:
+    for n in [*site.canary_nodes(), *site.slurm_nodes()]:
         if n.name in admitted and n.gpus:
             return n.name
     return ""
@@ -59,13 +59,12 @@ def pick_canary(cfg: FleetConfig, admitted: list[str]) -> str:
 class Acceptance(pulumi.ComponentResource):
     """The final acceptance job of a stack."""
 
-    def __init__(self, inputs: AcceptanceInputs, opts: Optional[pulumi.ResourceOptions] = None):
-        super().__init__("gpu-fleet:acceptance:Acceptance", "acceptance", None, opts)
-        cfg = inputs.cfg
+    def __init__(self, name: str, inputs: AcceptanceInputs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-fleet:acceptance:Acceptance", name, None, opts)
+        spec, site = inputs.job, inputs.job.site
         canary = None
-        if cfg.acceptance.enabled and any(n.gpus for n in cfg.slurm_nodes()):
-            spec = JobSpec(cfg, inputs.root, inputs.accounting, inputs.job_paths)
-            canary = spec.job("canary-acceptance", inputs.admitted.apply(lambda a: pick_canary(cfg, a)),
+        if inputs.enabled and any(n.gpus for n in site.slurm_nodes()):
+            canary = spec.job("canary-acceptance", inputs.admitted.apply(lambda a: pick_canary(site, a)),
                               inputs.admitted, {**inputs.triggers, "admitted": inputs.admitted},
                               after=inputs.after, open_partitions=True, parent=self)
         self.outputs = AcceptanceOutputs(canary=canary)

@@ -22,7 +22,6 @@ slurmrestd, and slurmrestd answers on its socket with a token minted on the host
 
 from __future__ import annotations
 
-from pathlib import Path
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -33,16 +32,17 @@ from .history import AccountingHistory
 from . import firewall as fw
 from .cluster_id import ClusterIdAdoption
 from ...kit import after_of, sh, sha256
-from ...config.fleet import FleetConfig
+from ...config.hosts import HostSpec
 from ...errors import FleetError
-from ...hosts import conn_input
 from ...scripts import script
+from ...site import Site
 from ...providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
 from ...providers.base import Props, RolloutCheck, target_of
 from ..slurm.render import HEADER
 from ..slurm.upgrades import SlurmPackagesProvider, own_packages
 from ...transport import connection
 from ...transport.command import Secret
+from .config import AccountingLayer
 
 JWT_KEY = "/etc/slurm/jwt_hs256.key"
 RESTD_SOCKET_DIR = "/run/slurmrestd"
@@ -50,8 +50,7 @@ RESTD_SOCKET = f"{RESTD_SOCKET_DIR}/slurmrestd.socket"
 MARIADB_CNF = "/etc/mysql/mariadb.conf.d/60-gpu-fleet.cnf"
 
 
-def render_slurmdbd_conf(cfg: FleetConfig, password: str) -> str:
-    a, ctl = cfg.accounting, cfg.hosts.controller
+def render_slurmdbd_conf(a: AccountingLayer, ctl: HostSpec, password: str) -> str:
     return "\n".join([
         HEADER,
         "AuthType=auth/munge",
@@ -70,18 +69,18 @@ def render_slurmdbd_conf(cfg: FleetConfig, password: str) -> str:
     ]) + "\n"
 
 
-def render_mariadb_cnf(cfg: FleetConfig) -> str:
+def render_mariadb_cnf(a: AccountingLayer) -> str:
     return "\n".join([
         HEADER, "[mysqld]", "bind-address = 127.0.0.1", "skip-name-resolve",
-        f"datadir = {cfg.accounting.datadir}", "innodb_lock_wait_timeout = 900",
+        f"datadir = {a.datadir}", "innodb_lock_wait_timeout = 900",
     ]) + "\n"
 
 
-def render_slurmrestd_unit(cfg: FleetConfig) -> str:
+def render_slurmrestd_unit(a: AccountingLayer) -> str:
     return (
         "[Unit]\nDescription=Slurm REST daemon on a Unix socket (gpu-fleet)\n"
         "After=network.target munge.service slurmctld.service\n\n[Service]\n"
-        f"User={cfg.accounting.restd_user}\nGroup={cfg.accounting.restd_user}\n"
+        f"User={a.restd_user}\nGroup={a.restd_user}\n"
         "RuntimeDirectory=slurmrestd\nRuntimeDirectoryMode=0755\n"
         "Environment=SLURM_JWT=daemon\n"
         f"ExecStart=/usr/sbin/slurmrestd -a rest_auth/jwt unix:{RESTD_SOCKET}\n"
@@ -148,10 +147,13 @@ class AccountingCheck(Resource, module="slurm", name="AccountingCheck"):
                           "mariadb_listen": None, "restd_status": None}, opts)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class AccountingInputs:
-    cfg: FleetConfig
-    root: Path
+    site: Site
+    accounting: AccountingLayer
+    #: the Slurm layer's cluster (registered in the DBD) and Debian release (slurmdbd, slurmrestd)
+    cluster_name: str
+    slurm_debian_version: str
     db_password: pulumi.Output[str]
     jwt_key: pulumi.Output[str]
     #: the Slurm layer's controller base (identities, packages, MUNGE): slurmdbd needs them
@@ -188,27 +190,26 @@ class AccountingOutputs:
 class Accounting(pulumi.ComponentResource):
     """MariaDB + slurmdbd (+ slurmrestd) on the controller; `outputs.ready` gates slurmctld."""
 
-    def __init__(self, inputs: AccountingInputs, opts: Optional[pulumi.ResourceOptions] = None):
-        super().__init__("gpu-fleet:accounting:Accounting", "accounting", None, opts)
-        cfg, root, db_password, jwt_key = inputs.cfg, inputs.root, inputs.db_password, inputs.jwt_key
+    def __init__(self, name: str, inputs: AccountingInputs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-fleet:accounting:Accounting", name, None, opts)
+        site, db_password, jwt_key = inputs.site, inputs.db_password, inputs.jwt_key
         depends_on = list(inputs.controller_base)
-        a, s = cfg.accounting, cfg.slurm
-        ctl = cfg.hosts.controller
-        conn = conn_input(ctl, cfg.ssh, root)
+        a, release = inputs.accounting, inputs.slurm_debian_version
+        ctl = site.hosts.controller
+        conn = site.conn(ctl)
         after = after_of(self)
         restd_user = Account("restd-account", conn=conn, user=a.restd_user, uid=a.restd_uid,
                              gid=a.restd_uid, opts=after(*depends_on))
-        rules = fw.render_ruleset(fw.allowed_sources(cfg))
-        firewall = self._dbd_firewall(cfg, conn, rules, after(restd_user, *depends_on))
-        pkgs = {"mariadb-server": a.mariadb_version, "slurmdbd": s.release.debian_version,
-                "slurmrestd": s.release.debian_version,
-                "slurm-wlm-mysql-plugin": s.release.debian_version}
+        rules = fw.render_ruleset(fw.allowed_sources(a, site.hosts, site.nodes))
+        firewall = self._dbd_firewall(a, conn, rules, after(restd_user, *depends_on))
+        pkgs = {"mariadb-server": a.mariadb_version, "slurmdbd": release, "slurmrestd": release,
+                "slurm-wlm-mysql-plugin": release}
         pkgs = {k: v for k, v in pkgs.items() if v}
         packages = PackageSet("accounting-packages", conn=conn, packages=pkgs, hold=True,
                               provider=SlurmPackagesProvider(),
-                              upgrade_from=own_packages(pkgs, s.release.debian_version),
+                              upgrade_from=own_packages(pkgs, release),
                               opts=after(firewall))
-        cnf = File("mariadb-config", conn=conn, path=MARIADB_CNF, content=render_mariadb_cnf(cfg),
+        cnf = File("mariadb-config", conn=conn, path=MARIADB_CNF, content=render_mariadb_cnf(a),
                    opts=after(packages))
         datadir = CommandWithVerify(
             "mariadb-datadir", conn=conn,
@@ -218,7 +219,7 @@ class Accounting(pulumi.ComponentResource):
             verify=["test", "-d", f"{a.datadir}/mysql"], delete=["rm", "-rf", a.datadir],
             opts=after(cnf))
         mariadb = SystemdUnit("mariadb", conn=conn, unit="mariadb.service",
-                              triggers={"cnf": sha256(render_mariadb_cnf(cfg), 16)}, opts=after(datadir))
+                              triggers={"cnf": sha256(render_mariadb_cnf(a), 16)}, opts=after(datadir))
         db_user = CommandWithVerify(
             "slurm-db-user", conn=conn, create=["sh", "-c", _DB_USER, "sh", a.database, a.db_user],
             create_stdin=db_password.apply(lambda pw: pw + "\n"),
@@ -230,9 +231,9 @@ class Accounting(pulumi.ComponentResource):
         key = File("jwt-key", conn=conn, path=JWT_KEY, content=jwt_key, mode="0600", owner="slurm",
                    group="slurm", secret=True, opts=after(packages))
         dbd_conf = File("slurmdbd-conf", conn=conn, path="/etc/slurm/slurmdbd.conf",
-                        content=db_password.apply(lambda pw: render_slurmdbd_conf(cfg, pw)),
+                        content=db_password.apply(lambda pw: render_slurmdbd_conf(a, ctl, pw)),
                         mode="0600", owner="slurm", group="slurm", secret=True, opts=after(packages))
-        dbd_conf_sha = db_password.apply(lambda pw: sha256(render_slurmdbd_conf(cfg, pw), 16))
+        dbd_conf_sha = db_password.apply(lambda pw: sha256(render_slurmdbd_conf(a, ctl, pw), 16))
         dbd = SystemdUnit("slurmdbd", conn=conn, unit="slurmdbd.service",
                           dropins={"gpu-fleet-firewall.conf": fw.DBD_DROPIN},
                           triggers={"conf": dbd_conf_sha,
@@ -247,24 +248,24 @@ class Accounting(pulumi.ComponentResource):
         # Fail closed before slurmctld uses accounting: the port is open to the nodes only.
         access = fw.DbdReachability(
             "dbd-reachability", conn=conn, address=ctl.address,
-            clients=[conn_input(n, cfg.ssh, root) for n in cfg.nodes if n.owner != "unreachable"],
-            outsiders=[conn_input(h, cfg.ssh, root) for h in fw.outsiders(cfg)],
+            clients=[site.conn(n) for n in site.nodes if n.owner != "unreachable"],
+            outsiders=[site.conn(h) for h in fw.outsiders(a, site.hosts, site.nodes)],
             triggers={"rules": sha256(rules, 16), "dbd": dbd_conf_sha},
-            max_parallel=cfg.ssh.max_parallel, opts=after(serving))
+            max_parallel=site.ssh.max_parallel, opts=after(serving))
         # Registered by us before slurmctld starts with accounting, so that a controller with
         # state of its own meets the DBD's ClusterID here and not as a fatal error at start.
-        name = cfg.slurm.cluster_name
+        cluster_name = inputs.cluster_name
         cluster = CommandWithVerify(
             "cluster-registration", conn=conn,
             create=["sh", "-c", 'sacctmgr -n -P list cluster format=cluster | grep -qx "$1" || '
-                    'sacctmgr -i add cluster "$1"', "sh", name],
-            verify=["sh", "-c", 'sacctmgr -n -P list cluster format=cluster | grep -qx "$1"', "sh", name],
+                    'sacctmgr -i add cluster "$1"', "sh", cluster_name],
+            verify=["sh", "-c", 'sacctmgr -n -P list cluster format=cluster | grep -qx "$1"', "sh", cluster_name],
             opts=after(access))
         cluster_id = ClusterIdAdoption(
-            "cluster-id", conn=conn, cluster=name, database=a.database, backup_dir=a.backup_dir,
+            "cluster-id", conn=conn, cluster=cluster_name, database=a.database, backup_dir=a.backup_dir,
             triggers={"restored": history.restored_from}, opts=after(cluster))
         # slurmrestd and the verification, once slurmctld runs.
-        restd_unit = render_slurmrestd_unit(cfg)
+        restd_unit = render_slurmrestd_unit(a)
         restd = SystemdUnit("slurmrestd", conn=conn, unit="slurmrestd.service",
                             content=restd_unit, triggers={"jwt": jwt_key.apply(lambda t: sha256(t, 16))},
                             opts=after(inputs.slurmctld))
@@ -276,15 +277,15 @@ class Accounting(pulumi.ComponentResource):
                                          access=access, cluster_id=cluster_id)
         self.register_outputs({})
 
-    def _dbd_firewall(self, cfg: FleetConfig, conn: dict, rules: str,
+    def _dbd_firewall(self, a: AccountingLayer, conn: dict, rules: str,
                       opts: pulumi.ResourceOptions) -> pulumi.Resource:
         """nftables (when the stack pins it), the validated ruleset, its unit, and the proof
         that the live table is the one loaded (refresh notices a flushed table)."""
         after = after_of(self)
         prev = [*opts.depends_on]
-        if cfg.accounting.nftables_version:
+        if a.nftables_version:
             prev = [PackageSet("dbd-firewall-packages", conn=conn,
-                               packages={"nftables": cfg.accounting.nftables_version}, hold=True,
+                               packages={"nftables": a.nftables_version}, hold=True,
                                opts=opts)]
         rules_file = File("dbd-firewall-rules", conn=conn, path=fw.RULES_PATH, content=rules,
                           validate=["nft", "-c", "-f", "{}"], opts=after(*prev))

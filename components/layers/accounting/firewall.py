@@ -17,16 +17,16 @@ so a flushed or edited table is noticed and reloaded by the next `up`.
 from __future__ import annotations
 
 import ipaddress
-from typing import Optional
+from typing import Optional, Sequence
 
 import pulumi
 from pulumi.dynamic import Resource
 
-from ...config.fleet import FleetConfig
-from ...config.hosts import HostSpec
+from ...config.hosts import Hosts, HostSpec, NodeSpec
 from ...errors import FleetError
 from ...providers.base import Props, RolloutCheck, target_of
 from ..slurm.render import HEADER
+from .config import AccountingLayer
 from ...transport import FanOutError, SshTarget, connection, fan_out
 
 DBD_PORT = 6819
@@ -38,11 +38,11 @@ LOADED_SHA = "/run/gpu-fleet-slurmdbd-firewall.sha256"
 _LIST = f"nft -s list table inet {TABLE}"
 
 
-def allowed_sources(cfg: FleetConfig) -> list[str]:
+def allowed_sources(a: AccountingLayer, hosts: Hosts, nodes: Sequence[NodeSpec]) -> list[str]:
     """The networks that may reach slurmdbd: `accounting.dbd_clients` and every node and
     the controller given by IP address (the controller's own traffic also arrives on lo)."""
-    nets = list(cfg.accounting.dbd_clients)
-    for h in [cfg.hosts.controller, *cfg.nodes]:
+    nets = list(a.dbd_clients)
+    for h in [hosts.controller, *nodes]:
         try:
             nets.append(ipaddress.ip_network(h.address))
         except ValueError:
@@ -53,12 +53,12 @@ def allowed_sources(cfg: FleetConfig) -> list[str]:
     return out
 
 
-def outsiders(cfg: FleetConfig) -> list[HostSpec]:
+def outsiders(a: AccountingLayer, hosts: Hosts, nodes: Sequence[NodeSpec]) -> list[HostSpec]:
     """Stack hosts (by IP) outside the allowed sources: each must be refused."""
-    nets = [ipaddress.ip_network(s) for s in allowed_sources(cfg)]
-    hosts = {h.name: h for h in [cfg.hosts.storage, cfg.hosts.controller, *cfg.nodes]}
+    nets = [ipaddress.ip_network(s) for s in allowed_sources(a, hosts, nodes)]
+    by_name = {h.name: h for h in [hosts.storage, hosts.controller, *nodes]}
     out = []
-    for h in hosts.values():
+    for h in by_name.values():
         try:
             addr = ipaddress.ip_address(h.address)
         except ValueError:

@@ -22,19 +22,21 @@ from typing import Sequence
 import pulumi
 
 from ...kit import sha256
-from ...config.fleet import FleetConfig
-from ...hosts import conn_input
 from ...providers import CommandWithVerify, File, SystemdUnit
 from ...providers.payload import Payload, sha256_file
+from ...site import Site
+from .config import GuardsLayer
 from .render import CONFIG, EVENT_LOG, GUARD, STATUS, UNIT, render_config, render_unit
 
 SOURCE = Path(__file__).with_name("onhost") / "guard.py"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class GuardsInputs:
-    cfg: FleetConfig
-    root: Path
+    site: Site
+    guards: GuardsLayer
+    #: where the GPU runtime layer put the pinned pynvml (gpu_runtime.pynvml_dir): the guard imports it
+    pynvml_dir: str
     #: what the guards wait on: the Slurm layer's daemons (a drain needs slurmctld and the node)
     after: Sequence[pulumi.Resource]
 
@@ -46,26 +48,26 @@ class GuardsOutputs:
     #: what the guards do, for the stack output `guards`
     summary: dict
 
-    def output(self) -> dict:
-        return self.summary
+    def exports(self) -> dict[str, pulumi.Input]:
+        return {"guards": self.summary}
 
 
 class Guards(pulumi.ComponentResource):
     """The node guards: drain a node on GPU heat soak, a hardware XID or NVML gone silent."""
 
-    def __init__(self, inputs: GuardsInputs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpu-fleet:guards:Guards", "guards", None, opts)
-        cfg, root = inputs.cfg, inputs.root
-        unit = render_unit(cfg)
+    def __init__(self, name: str, inputs: GuardsInputs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-fleet:guards:Guards", name, None, opts)
+        site, g = inputs.site, inputs.guards
+        unit = render_unit(g, inputs.pynvml_dir)
         guard_sha = sha256_file(SOURCE)[:16]
         after = pulumi.ResourceOptions(parent=self, depends_on=list(inputs.after))
         check = ["python3", GUARD, "--config", CONFIG, "--check"]
-        wait = str(max(30, 3 * cfg.guards.interval_s + 10))
+        wait = str(max(30, 3 * g.interval_s + 10))
         checks = {}
-        for n in (n for n in cfg.slurm_nodes() if n.gpus):
-            conn = conn_input(n, cfg.ssh, root)
+        for n in (n for n in site.slurm_nodes() if n.gpus):
+            conn = site.conn(n)
             guard = Payload(f"{n.name}-guard", conn=conn, path=GUARD, source=SOURCE, mode="0755", opts=after)
-            text = render_config(cfg, n.name)
+            text = render_config(g, n)
             conf = File(f"{n.name}-guard-config", conn=conn, path=CONFIG, content=text, mode="0644", opts=after)
             # what restarts the guard: its code or its config changed (the unit's own text is
             # the SystemdUnit's content)
@@ -76,7 +78,6 @@ class Guards(pulumi.ComponentResource):
                 f"{n.name}-guard-check", conn=conn, create=[*check, "--wait-s", wait], verify=check,
                 triggers={**triggers, "unit": sha256(unit, 16)},
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[service]))
-        g = cfg.guards
         self.outputs = GuardsOutputs(checks=checks, summary={
             "nodes": sorted(checks), "dry_run": g.dry_run, "interval_s": g.interval_s,
             "drain_on": {"soak": f"{g.thermal.soak_c} C for {g.thermal.soak_s} s", "hard_c": g.thermal.hard_c,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from ...config.fleet import FleetConfig
+from ...config.hosts import NodeSpec
+from .config import GuardsLayer
 
 GUARD = "/opt/gpu-fleet/bin/gpu-fleet-guard"
 CONFIG = "/etc/gpu-fleet/guard.json"
@@ -17,12 +18,11 @@ LOGS_DIR = "gpu-fleet"
 EVENT_LOG = f"/var/log/{LOGS_DIR}/guard.jsonl"
 
 
-def render_config(cfg: FleetConfig, node: str) -> str:
+def render_config(g: GuardsLayer, node: NodeSpec) -> str:
     """The node's guard config (JSON; its SHA-256 is what the running guard reports). `gpus`: how
     many the stack declares on the node; NVML seeing fewer drains it."""
-    g = cfg.guards
-    spec = cfg.node(node).gpus
-    doc = {"node": node, "gpus": spec.count if spec else None, "interval_s": g.interval_s, "dry_run": g.dry_run,
+    spec = node.gpus
+    doc = {"node": node.name, "gpus": spec.count if spec else None, "interval_s": g.interval_s, "dry_run": g.dry_run,
            "thermal": {"soak_c": g.thermal.soak_c, "soak_s": g.thermal.soak_s, "hard_c": g.thermal.hard_c},
            "drain_xids": list(g.drain_xids), "kernel_log": g.kernel_log,
            "event_log": EVENT_LOG, "status_file": STATUS, "scontrol": "scontrol",
@@ -30,17 +30,17 @@ def render_config(cfg: FleetConfig, node: str) -> str:
     return json.dumps(doc, indent=1, sort_keys=True) + "\n"
 
 
-def render_unit(cfg: FleetConfig) -> str:
+def render_unit(g: GuardsLayer, pynvml_dir: str) -> str:
     """Root (Slurm takes `scontrol update` only from root or SlurmUser) without capabilities but
     CAP_KILL when the memory guard is on (it stops a job's process, another user's): it reads
     NVML's device files (so no PrivateDevices), the journal, /proc, its config; it writes only its
     status and its event log."""
-    caps = "CAP_KILL" if cfg.guards.memory is not None else ""
+    caps = "CAP_KILL" if g.memory is not None else ""
     return (
         "[Unit]\nDescription=gpu-fleet guard: drains this node on GPU heat soak or a hardware XID\n"
         "After=network-online.target slurmd.service\n\n"
         "[Service]\nType=simple\n"
-        f"Environment=PYTHONPATH={cfg.gpu_runtime.pynvml_dir} PYTHONDONTWRITEBYTECODE=1\n"
+        f"Environment=PYTHONPATH={pynvml_dir} PYTHONDONTWRITEBYTECODE=1\n"
         f"ExecStart=/usr/bin/python3 {GUARD} --config {CONFIG}\n"
         "Restart=always\nRestartSec=5\n"
         f"RuntimeDirectory={RUNTIME_DIR}\nLogsDirectory={LOGS_DIR}\n"

@@ -23,21 +23,20 @@ the layer changes; with nothing changed it does not run at all.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 import pulumi
 from pulumi.dynamic import Resource
 
-from ...config.fleet import FleetConfig
 from ...errors import FleetError
 from ...facts.scontrol import parse_show_oneliner
-from ...hosts import conn_input
 from ...kit import sh
 from ...providers.base import Props, RolloutCheck, target_of
 from ...scripts import script
+from ...site import Site
 from ...transport import FanOutError, SshTarget, connection, fan_out
 from .render import ACCEPTANCE_PARTITION, count_visible_gpus
 
@@ -219,30 +218,38 @@ class JobPaths:
     readonly_probe: Optional[str] = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JobSpec:
     """Where and how the job runs, the same for every acceptance run of a stack: the Slurm
     layer's canary-first gate and the acceptance layer's final run both declare it here."""
 
-    cfg: FleetConfig
-    root: Path
+    site: Site
+    #: the Slurm layer's canary user and partitions (the job opens or closes them)
+    canary_user: str
+    partitions: tuple[str, ...]
+    #: acceptance.job_timeout_s
+    timeout_s: int
     accounting: bool
     paths: JobPaths = JobPaths()
+
+    def at(self, paths: JobPaths) -> JobSpec:
+        """The same job reading and writing `paths` (the final run: the model's marker)."""
+        return dataclasses.replace(self, paths=paths)
 
     def job(self, name: str, node: pulumi.Output[str], on: pulumi.Output[list], triggers: Mapping,
             after: Sequence[pulumi.Resource], open_partitions: bool,
             parent: pulumi.Resource) -> CanaryJob:
         """The job on `node`, with every node of `on` registered and idle first."""
-        cfg, s = self.cfg, self.cfg.slurm
-        by_name = {n.name: n for n in cfg.nodes}
+        site = self.site
+        by_name = {n.name: n for n in site.nodes}
         return CanaryJob(
-            name, conn=conn_input(cfg.hosts.controller, cfg.ssh, self.root), node=node,
+            name, conn=site.conn(site.hosts.controller), node=node,
             gpus=node.apply(lambda c: by_name[c].gpus.count if c else 0),
             gpu_type=node.apply(lambda c: by_name[c].gpus.type if c else ""),
-            user=s.canary_user, nodes=on,
-            partitions=[p.name for p in s.partitions], partition=ACCEPTANCE_PARTITION,
-            node_conns=on.apply(lambda ns: [conn_input(by_name[n], cfg.ssh, self.root) for n in ns]),
+            user=self.canary_user, nodes=on,
+            partitions=list(self.partitions), partition=ACCEPTANCE_PARTITION,
+            node_conns=on.apply(lambda ns: [site.conn(by_name[n]) for n in ns]),
             accounting=self.accounting, open_partitions=open_partitions, job_root=self.paths.job_root,
             marker=self.paths.marker, readonly_probe=self.paths.readonly_probe,
-            timeout_s=cfg.acceptance.job_timeout_s, triggers=dict(triggers),
+            timeout_s=self.timeout_s, triggers=dict(triggers),
             opts=pulumi.ResourceOptions(parent=parent, depends_on=list(after)))

@@ -16,8 +16,6 @@ slurmctld waits on) and hands on (`SlurmOutputs`) are typed; `Fleet` wires them.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pulumi
 
 from dataclasses import dataclass, field
@@ -25,12 +23,12 @@ from typing import Mapping, Optional, Sequence
 
 from ...kit import sha256
 from ...admission import Admission
-from ...config.fleet import FleetConfig
 from ...config.hosts import HostSpec
-from ...hosts import conn_input
 from ...scripts import script
+from ...site import Site
 from ...providers import Accounts, CommandWithVerify, File, Files, PackageSet, SystemdUnit
-from .canary import JobPaths, JobSpec
+from .canary import JobSpec
+from .config import SlurmLayer
 from .packages import SlurmPackages
 from .render import SLURM_ETC, render_cgroup_conf, render_gres_conf, render_slurm_conf
 from .upgrades import SlurmPackagesProvider, own_packages
@@ -59,10 +57,12 @@ def restart_key(slurm_conf: str, cgroup_conf: str, gres_conf: str) -> str:
     return sha256("\n".join(structural) + cgroup_conf + gres_conf, 16)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SlurmInputs:
-    cfg: FleetConfig
-    root: Path
+    site: Site
+    slurm: SlurmLayer
+    #: acceptance.enabled: the partitions start INACTIVE and the canary-first gate runs
+    acceptance: bool
     munge_key: pulumi.Output[str]
     #: which partition nodes the layer renders and serves (components/admission.py)
     admission: Admission
@@ -70,8 +70,8 @@ class SlurmInputs:
     #: by Fleet once that layer exists (empty without accounting)
     controller_gate: pulumi.Input[Sequence[pulumi.Resource]]
     accounting: bool = False
-    #: where the canary-first job reads and writes (the storage layer's, when it is on)
-    job_paths: JobPaths = JobPaths()
+    #: how the canary-first job runs (its paths: the storage layer's, when it is on)
+    job: JobSpec
     #: node -> what must be in place before the layer touches it (a retired K3s node's stop)
     node_after: Mapping[str, Sequence[pulumi.Resource]] = field(default_factory=dict)
 
@@ -88,22 +88,27 @@ class SlurmOutputs:
     #: hashes of what the layer applied; whoever must re-run on a change takes them
     triggers: dict
 
+    def exports(self) -> dict[str, pulumi.Input]:
+        return {"slurmNodes": self.admitted}
+
 
 class SlurmCluster(pulumi.ComponentResource):
     """slurmctld on the controller, slurmd on every partition node, one MUNGE key, one config."""
 
-    def __init__(self, inputs: SlurmInputs, opts: pulumi.ResourceOptions | None = None):
-        super().__init__("gpu-fleet:slurm:SlurmCluster", "slurm", None, opts)
-        cfg, root, munge_key, accounting = inputs.cfg, inputs.root, inputs.munge_key, inputs.accounting
-        s = cfg.slurm
-        nodes = cfg.slurm_nodes()
+    def __init__(self, name: str, inputs: SlurmInputs, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-fleet:slurm:SlurmCluster", name, None, opts)
+        site, munge_key, accounting = inputs.site, inputs.munge_key, inputs.accounting
+        s = inputs.slurm
+        nodes = site.slurm_nodes()
         by_name = {n.name: n for n in nodes}
         admitted = inputs.admission.admitted
         admitted_specs = admitted.apply(lambda names: [n for n in nodes if n.name in names])
-        acct_host = cfg.hosts.controller.name if accounting else None
-        self.slurm_conf = admitted_specs.apply(lambda ns: render_slurm_conf(cfg, acct_host, ns))
-        self.cgroup_conf = render_cgroup_conf(cfg)
-        self.gres_conf = admitted_specs.apply(lambda ns: render_gres_conf(cfg, ns))
+        ctl = site.hosts.controller
+        acct_host = ctl.name if accounting else None
+        self.slurm_conf = admitted_specs.apply(lambda ns: render_slurm_conf(
+            s, ctl, nodes, acceptance=inputs.acceptance, accounting_host=acct_host, nodes=ns))
+        self.cgroup_conf = render_cgroup_conf(s)
+        self.gres_conf = admitted_specs.apply(lambda ns: render_gres_conf(s, ns))
         confs = {"slurm.conf": self.slurm_conf, "cgroup.conf": self.cgroup_conf, "gres.conf": self.gres_conf}
         restart = pulumi.Output.all(self.slurm_conf, self.gres_conf).apply(
             lambda t: restart_key(t[0], self.cgroup_conf, t[1]))
@@ -113,18 +118,17 @@ class SlurmCluster(pulumi.ComponentResource):
         # each daemon's state: ~0.6 KB a node, issue 16); the key itself stays a secret
         key_hash = pulumi.Output.unsecret(munge_key.apply(lambda k: sha256(k, 16)))
 
-        ctl = cfg.hosts.controller
-        self.packages = SlurmPackages(cfg, root, pulumi.ResourceOptions(parent=self), inputs.node_after)
+        self.packages = SlurmPackages(site, s.release, pulumi.ResourceOptions(parent=self), inputs.node_after)
         daemons: list[pulumi.Resource] = []
         answers: list[pulumi.Resource] = []  # the controller's slurmctld answering
         ctl_conf: list[pulumi.Resource] = []
         ctl_base: list[pulumi.Resource] = []
         gate = pulumi.Output.from_input(inputs.controller_gate)
-        rel = cfg.slurm.release
+        rel = s.release
 
         def host_layer(host: HostSpec, packages: dict[str, str], is_node: bool,
                        after: tuple[pulumi.Resource, ...] = ()) -> pulumi.Resource:
-            conn = conn_input(host, cfg.ssh, root)
+            conn = site.conn(host)
             h = host.name
             parent = pulumi.ResourceOptions(parent=self, depends_on=list(inputs.node_after.get(h, ())))
             # one resource for the host's three service accounts (issue 16: bundle.py); its
@@ -203,7 +207,7 @@ class SlurmCluster(pulumi.ComponentResource):
         # AuthAltTypes=auth/jwt (for slurmrestd) makes every daemon load the JWT plugin.
         jwt = {"slurm-wlm-jwt-plugin": s.release.debian_version} if accounting else {}
         slurmctld = host_layer(ctl, {**s.release.controller_packages(), **jwt}, is_node=False)
-        ctl_conn = conn_input(ctl, cfg.ssh, root)
+        ctl_conn = site.conn(ctl)
         node_packages = {**s.release.node_packages(), **jwt}
         packages_hash = sha256(repr(sorted(node_packages.items())), 16)
 
@@ -216,11 +220,11 @@ class SlurmCluster(pulumi.ComponentResource):
         # any other node's packages move. A failure stops the rollout with the rest of the
         # fleet untouched; only the final acceptance (the acceptance layer) opens the partitions.
         canary_first = None
-        if cfg.acceptance.enabled and rest and any(n.gpus for n in canaries):
+        if inputs.acceptance and rest and any(n.gpus for n in canaries):
             gate_nodes = admitted.apply(lambda names: [n.name for n in canaries if n.name in names])
             gate_node = gate_nodes.apply(
                 lambda names: next((n for n in names if by_name[n].gpus), ""))
-            canary_first = JobSpec(cfg, root, accounting, inputs.job_paths).job(
+            canary_first = inputs.job.job(
                 "canary-first", gate_node, gate_nodes,
                 {"restart": restart, "key": key_hash, "packages": packages_hash, "canaries": gate_nodes},
                 after=list(daemons), open_partitions=False, parent=self)

@@ -28,10 +28,10 @@ from typing import Mapping, Sequence
 
 import pulumi
 
-from ...config.fleet import FleetConfig
-from ...hosts import conn_input
 from ...providers import CommandWithVerify, File, SystemdUnit
 from ...scripts import script
+from ...site import Site
+from .config import SlurmRelease
 from .upgrades import UpgradeWindow, own_packages
 
 REPO_ROOT = "/srv/gpu-fleet/repo"
@@ -40,31 +40,30 @@ PORT = 8787
 _PUBLISH = script(__file__, "publish.sh")
 
 
-def release_name(cfg: FleetConfig) -> str:
-    return cfg.slurm.release.debian_version.replace("+", "_").replace("~", "_")
+def release_name(r: SlurmRelease) -> str:
+    return r.debian_version.replace("+", "_").replace("~", "_")
 
 
 class SlurmPackages(pulumi.ComponentResource):
     """Publishes the stack's Slurm release on storage and points every Slurm host at it."""
 
-    def __init__(self, cfg: FleetConfig, root, opts: pulumi.ResourceOptions | None = None,
+    def __init__(self, site: Site, r: SlurmRelease, opts: pulumi.ResourceOptions | None = None,
                  node_after: Mapping[str, Sequence[pulumi.Resource]] | None = None):
         super().__init__("gpu-fleet:slurm:SlurmPackages", "slurm-packages", None, opts)
-        r = cfg.slurm.release
-        st = cfg.hosts.storage
-        st_conn = conn_input(st, cfg.ssh, root)
-        rel = release_name(cfg)
+        st = site.hosts.storage
+        st_conn = site.conn(st)
+        rel = release_name(r)
         rel_dir = f"{REPO_ROOT}/slurm/{rel}"
         meta = json.dumps({"slurm": r.version, "debian_version": r.debian_version,
                            "source_sha256": r.source_sha256}, sort_keys=True)
-        hosts = [cfg.hosts.controller, *cfg.slurm_nodes()]
+        hosts = [site.hosts.controller, *site.slurm_nodes()]
         # `up --skip-preview` steps without a preview: a release a host cannot upgrade to in
         # place is refused here, before it is published or any apt source moves (upgrades.py)
         sets = {role: {"packages": pkgs, "upgrade_from": own_packages(pkgs, r.debian_version)}
                 for role, pkgs in (("controller", r.controller_packages()), ("node", r.node_packages()))}
         self.window = UpgradeWindow(
-            "slurm-upgrade-window", version=r.debian_version, sets=sets, max_parallel=cfg.ssh.max_parallel,
-            hosts=[{"conn": conn_input(h, cfg.ssh, root), "set": "controller" if h is cfg.hosts.controller
+            "slurm-upgrade-window", version=r.debian_version, sets=sets, max_parallel=site.ssh.max_parallel,
+            hosts=[{"conn": site.conn(h), "set": "controller" if h is site.hosts.controller
                     else "node"} for h in hosts],
             opts=pulumi.ResourceOptions(parent=self))
         child = pulumi.ResourceOptions(parent=self, depends_on=[self.window])
@@ -86,7 +85,7 @@ class SlurmPackages(pulumi.ComponentResource):
         self.sources: dict[str, File] = {}
         for h in hosts:
             self.sources[h.name] = File(
-                f"{h.name}-slurm-apt-source", conn=conn_input(h, cfg.ssh, root),
+                f"{h.name}-slurm-apt-source", conn=site.conn(h),
                 path="/etc/apt/sources.list.d/gpu-fleet-slurm.list",
                 content=f"# gpu-fleet: Slurm release {r.version} ({r.debian_version}) from {st.name}\n"
                         f"deb [trusted=yes] {self.url} ./\n",

@@ -13,8 +13,8 @@ K3s or unreachable are never added (components/admission.py).
 
 from __future__ import annotations
 
-from ...config.fleet import FleetConfig
-from ...config.hosts import NodeSpec
+from ...config.hosts import HostSpec, NodeSpec
+from .config import SlurmLayer
 
 ACCEPTANCE_PARTITION = "gpu-fleet-acceptance"
 SLURM_ETC = "/etc/slurm"
@@ -31,14 +31,13 @@ def gres_of(node: NodeSpec) -> str:
     return f"gpu:{node.gpus.type}:{node.gpus.count}" if node.gpus else ""
 
 
-def render_slurm_conf(cfg: FleetConfig, accounting_host: str | None = None,
-                      nodes: list[NodeSpec] | None = None) -> str:
-    """`nodes`: the partition nodes admitted (default: all); the rest are left out, and a
-    partition left without nodes stays INACTIVE."""
-    s = cfg.slurm
-    members = cfg.slurm_nodes() if nodes is None else nodes
+def render_slurm_conf(s: SlurmLayer, ctl: HostSpec, partition_nodes: list[NodeSpec], *, acceptance: bool,
+                      accounting_host: str | None = None, nodes: list[NodeSpec] | None = None) -> str:
+    """`partition_nodes`: every node the partitions name; `nodes`: those admitted (default:
+    all), the rest are left out, and a partition left without nodes stays INACTIVE.
+    `acceptance`: the acceptance layer opens the partitions (they start INACTIVE)."""
+    members = partition_nodes if nodes is None else nodes
     admitted = {n.name for n in members}
-    ctl = cfg.hosts.controller
     lines = [
         HEADER,
         f"ClusterName={s.cluster_name}",
@@ -80,7 +79,7 @@ def render_slurm_conf(cfg: FleetConfig, accounting_host: str | None = None,
             "AccountingStorageType=accounting_storage/slurmdbd",
             f"AccountingStorageHost={accounting_host}",
             "AccountingStorageTRES=" + ",".join(
-                ["gres/gpu"] + sorted({f"gres/gpu:{n.gpus.type}" for n in cfg.slurm_nodes() if n.gpus})),
+                ["gres/gpu"] + sorted({f"gres/gpu:{n.gpus.type}" for n in partition_nodes if n.gpus})),
             "JobAcctGatherType=jobacct_gather/cgroup",
             "AuthAltTypes=auth/jwt",
             "AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key",
@@ -95,7 +94,7 @@ def render_slurm_conf(cfg: FleetConfig, accounting_host: str | None = None,
     lines += ["", "# partitions"]
     # Fail closed: production partitions start INACTIVE and only a passing acceptance run
     # sets them UP, so a rollout that stops half-way never serves a partial node set.
-    state = "INACTIVE" if cfg.acceptance.enabled else "UP"
+    state = "INACTIVE" if acceptance else "UP"
     for p in s.partitions:
         pnodes = [x for x in p.nodes if x in admitted]
         lines.append(
@@ -103,7 +102,7 @@ def render_slurm_conf(cfg: FleetConfig, accounting_host: str | None = None,
             + f" Default={'YES' if p.default else 'NO'} MaxTime={p.max_time}"
             + f" State={state if pnodes else 'INACTIVE'}"
         )
-    if cfg.acceptance.enabled and members:
+    if acceptance and members:
         # Where the acceptance job runs: open only to the canary user, so it can prove a node
         # while the production partitions are INACTIVE after a failed rollout.
         lines.append(
@@ -113,13 +112,12 @@ def render_slurm_conf(cfg: FleetConfig, accounting_host: str | None = None,
     return "\n".join(lines) + "\n"
 
 
-def render_gres_conf(cfg: FleetConfig, nodes: list[NodeSpec] | None = None) -> str:
+def render_gres_conf(s: SlurmLayer, nodes: list[NodeSpec]) -> str:
     """Typed GPU GRES per node; `File=` is required (Count= alone leaves the node INVAL)."""
-    s = cfg.slurm
     lines = [HEADER]
     if s.gres_autodetect == "nvml":
         lines.append("AutoDetect=nvml")
-    for n in (cfg.slurm_nodes() if nodes is None else nodes):
+    for n in nodes:
         if not n.gpus:
             continue
         last = n.gpus.count - 1
@@ -128,17 +126,17 @@ def render_gres_conf(cfg: FleetConfig, nodes: list[NodeSpec] | None = None) -> s
     return "\n".join(lines) + "\n"
 
 
-def render_cgroup_conf(cfg: FleetConfig) -> str:
+def render_cgroup_conf(s: SlurmLayer) -> str:
     """Constrain cores, RAM, swap and devices; `cgroup/v1` needs CgroupAutomount (the lab)."""
-    plugin = cfg.slurm.cgroup_plugin
+    plugin = s.cgroup_plugin
     lines = [HEADER, f"CgroupPlugin={plugin}"]
     if plugin == "cgroup/v1":
         lines.append("CgroupAutomount=yes")
     lines += ["ConstrainCores=yes", "ConstrainRAMSpace=yes"]
-    if cfg.slurm.constrain_swap:
+    if s.constrain_swap:
         lines += ["ConstrainSwapSpace=yes", "AllowedSwapSpace=0"]
     else:
-        lines += [f"# Swap not confined: {cfg.slurm.constrain_swap_reason}", "ConstrainSwapSpace=no"]
+        lines += [f"# Swap not confined: {s.constrain_swap_reason}", "ConstrainSwapSpace=no"]
     lines += ["ConstrainDevices=yes"]
     return "\n".join(lines) + "\n"
 

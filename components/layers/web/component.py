@@ -24,16 +24,15 @@ it pulled, the token and its user; Slurm and accounting keep running.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional, Sequence
 
 import pulumi
 
 from ...kit import after_of, sha256
-from ...config.fleet import FleetConfig
-from ...hosts import conn_input
+from ...site import Site
 from ...providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
 from .check import WebCheck
+from .config import WebLayer
 from .container import WebContainer, WebImage, WebNetwork
 from .remote import HEALTH_SH, TOKEN_PROBE, TOKEN_SH, bash
 from .tailnet import TailnetBaseline, TailnetExposure
@@ -45,10 +44,10 @@ from .render import (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WebInputs:
-    cfg: FleetConfig
-    root: Path
+    site: Site
+    web: WebLayer
     #: slurmrestd's socket directory and Slurm's JWT signing key (the accounting layer's)
     restd_socket_dir: str
     jwt_key: str
@@ -62,24 +61,24 @@ class WebOutputs:
     check: WebCheck
     tailnet: Optional[TailnetExposure] = None
 
-    def output(self) -> pulumi.Output[dict]:
+    def exports(self) -> dict[str, pulumi.Input]:
         a, g = self.containers[AGENT], self.containers[GATEWAY]
         exposed = self.tailnet.seen if self.tailnet else None
-        return pulumi.Output.all(a.observed, g.observed, self.check.seen, exposed).apply(lambda t: {
+        return {"web": pulumi.Output.all(a.observed, g.observed, self.check.seen, exposed).apply(lambda t: {
             "containers": {c: {k: o.get(k) for k in ("image_digest", "user", "read_only", "cap_eff", "no_new_privs",
                                                         "memory_limit_bytes", "pids_max", "cpu_quota_us", "ports")}
                            for c, o in zip(COMPONENTS, t[:2])},
-            "check": t[2], "tailnet": t[3]})
+            "check": t[2], "tailnet": t[3]})}
 
 
 class Web(pulumi.ComponentResource):
     """Slurm-web on the controller: hardened containers, read-only to Slurm, loopback only."""
 
-    def __init__(self, inputs: WebInputs, opts: Optional[pulumi.ResourceOptions] = None):
-        super().__init__("gpu-fleet:web:Web", "web", None, opts)
-        cfg, w = inputs.cfg, inputs.cfg.web
-        ctl = cfg.hosts.controller
-        conn = conn_input(ctl, cfg.ssh, inputs.root)
+    def __init__(self, name: str, inputs: WebInputs, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__("gpu-fleet:web:Web", name, None, opts)
+        site, w = inputs.site, inputs.web
+        ctl = site.hosts.controller
+        conn = site.conn(ctl)
         n = ctl.name
         after = after_of(self)
 
@@ -88,25 +87,25 @@ class Web(pulumi.ComponentResource):
         packages = PackageSet(f"{n}-web-packages", conn=conn, packages=dict(w.packages), hold=True,
                               opts=after(*inputs.after))
         engine = [File(f"{n}-web-containers-conf", conn=conn, path=CONTAINERS_CONF,
-                       content=render_containers_conf(cfg), opts=after(packages))]
+                       content=render_containers_conf(w), opts=after(packages))]
         if w.runtime.insecure_registries:
             engine.append(File(f"{n}-web-registries-conf", conn=conn, path=REGISTRIES_CONF,
-                               content=render_registries_conf(cfg), opts=after(packages)))
+                               content=render_registries_conf(w), opts=after(packages)))
 
         # the token: a low-privilege Slurm user, minted here, renewed by a timer
         user = Account(f"{n}-web-token-user", conn=conn, user=w.token_user, uid=w.token_uid, gid=w.token_uid,
                        opts=after(*inputs.after))
         tscript = File(f"{n}-web-token-script", conn=conn, path=TOKEN_SCRIPT, content=TOKEN_SH,
                        mode="0755", opts=after())
-        tunit = SystemdUnit(f"{n}-web-token-unit", conn=conn, unit=TOKEN_UNIT, content=render_token_unit(cfg),
+        tunit = SystemdUnit(f"{n}-web-token-unit", conn=conn, unit=TOKEN_UNIT, content=render_token_unit(w),
                             enabled=False, active=False, opts=after(tscript))
         token_file = f"{secret_dir(AGENT)}/{TOKEN_FILE}"
         token = CommandWithVerify(
             f"{n}-web-token", conn=conn, create=["systemctl", "start", TOKEN_UNIT],
             verify=bash(TOKEN_PROBE, token_file, w.token_user, str(w.gid), "30"),
             delete=["rm", "-rf", secret_dir(AGENT)],
-            triggers={"unit": sha256(render_token_unit(cfg), 16)}, opts=after(tunit, user, *inputs.after))
-        ttimer = SystemdUnit(f"{n}-web-token-timer", conn=conn, unit=TOKEN_TIMER, content=render_token_timer(cfg),
+            triggers={"unit": sha256(render_token_unit(w), 16)}, opts=after(tunit, user, *inputs.after))
+        ttimer = SystemdUnit(f"{n}-web-token-timer", conn=conn, unit=TOKEN_TIMER, content=render_token_timer(w),
                              opts=after(token))
 
         images = {c: WebImage(f"{n}-web-image-{c}", conn=conn, component=c, ref=ref, opts=after(*engine))
@@ -115,7 +114,7 @@ class Web(pulumi.ComponentResource):
                                  internal=name == INTERNAL_NET, opts=after(*engine))
                 for name in (INTERNAL_NET, INGRESS_NET)}
 
-        specs = container_specs(cfg, inputs.restd_socket_dir, inputs.jwt_key)
+        specs = container_specs(w, inputs.restd_socket_dir, inputs.jwt_key)
         units = {c: render_container_unit(specs[c]) for c in COMPONENTS}
         lifecycle = {"timer": HEALTH_TIMER, "health": HEALTH_UNIT, "lock": LOCK}
         agent = WebContainer(f"{n}-web-{AGENT}", conn=conn, spec=specs[AGENT], unit_content=units[AGENT],
@@ -133,11 +132,11 @@ class Web(pulumi.ComponentResource):
 
         hscript = File(f"{n}-web-health-script", conn=conn, path=HEALTH_SCRIPT, content=HEALTH_SH,
                        mode="0755", opts=after())
-        hunit = SystemdUnit(f"{n}-web-health-unit", conn=conn, unit=HEALTH_UNIT, content=render_health_unit(cfg),
+        hunit = SystemdUnit(f"{n}-web-health-unit", conn=conn, unit=HEALTH_UNIT, content=render_health_unit(),
                             enabled=False, active=False, opts=after(hscript))
-        htimer = SystemdUnit(f"{n}-web-health-timer", conn=conn, unit=HEALTH_TIMER, content=render_health_timer(cfg),
+        htimer = SystemdUnit(f"{n}-web-health-timer", conn=conn, unit=HEALTH_TIMER, content=render_health_timer(w),
                              opts=after(hunit, agent, gateway))
-        check = WebCheck(f"{n}-web-check", conn=conn, port=w.port, slurm_nodes=[x.name for x in cfg.slurm_nodes()],
+        check = WebCheck(f"{n}-web-check", conn=conn, port=w.port, slurm_nodes=[x.name for x in site.slurm_nodes()],
                          triggers={c: sha256(u, 16) for c, u in units.items()},
                          tailnet=w.tailnet.address if w.tailnet else None, opts=after(gateway, htimer, ttimer, *([tailnet] if tailnet else [])))
         self.outputs = WebOutputs({AGENT: agent, GATEWAY: gateway}, check, tailnet)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from ...config.fleet import FleetConfig
+from .config import WebLayer
+
 
 AGENT, GATEWAY = "agent", "gateway"
 COMPONENTS = (AGENT, GATEWAY)
@@ -50,9 +51,8 @@ def secret_dir(component: str) -> str:
     return f"{SECRETS_DIR}/{component}"
 
 
-def container_specs(cfg: FleetConfig, restd_socket_dir: str, jwt_key: str) -> dict[str, dict[str, Any]]:
+def container_specs(w: WebLayer, restd_socket_dir: str, jwt_key: str) -> dict[str, dict[str, Any]]:
     """component -> the `web:Container` props that say what runs (without the connection)."""
-    w = cfg.web
     common = {
         "user": f"{w.uid}:{w.gid}", "read_only": True, "cap_drop": ["ALL"], "cap_add": [],
         "no_new_privileges": True, "jwt_key": jwt_key, "tailnet": None,
@@ -132,8 +132,8 @@ def render_container_unit(spec: dict[str, Any]) -> str:
     )
 
 
-def render_containers_conf(cfg: FleetConfig) -> str:
-    r = cfg.web.runtime
+def render_containers_conf(w: WebLayer) -> str:
+    r = w.runtime
     lines = ["# gpu-fleet web layer: podman's engine settings (web.runtime)", "[containers]"]
     if not r.keyring:
         lines.append("keyring = false")
@@ -143,15 +143,14 @@ def render_containers_conf(cfg: FleetConfig) -> str:
     return "\n".join(lines)
 
 
-def render_registries_conf(cfg: FleetConfig) -> str:
+def render_registries_conf(w: WebLayer) -> str:
     out = ["# gpu-fleet web layer: registries reached over plain HTTP (web.runtime.insecure_registries)"]
-    for reg in cfg.web.runtime.insecure_registries:
+    for reg in w.runtime.insecure_registries:
         out += ["[[registry]]", f'location = "{reg}"', "insecure = true", ""]
     return "\n".join(out) + "\n"
 
 
-def render_token_unit(cfg: FleetConfig) -> str:
-    w = cfg.web
+def render_token_unit(w: WebLayer) -> str:
     return (
         "# gpu-fleet web layer: mints the agent's slurmrestd token (a low-privilege Slurm user)\n"
         "[Unit]\nDescription=gpu-fleet web: renew the Slurm-web agent's token\n"
@@ -160,8 +159,7 @@ def render_token_unit(cfg: FleetConfig) -> str:
     )
 
 
-def render_token_timer(cfg: FleetConfig) -> str:
-    w = cfg.web
+def render_token_timer(w: WebLayer) -> str:
     every = w.token_lifetime_s - w.renew_before_s
     return (
         "[Unit]\nDescription=gpu-fleet web: renew the agent's token before it expires\n\n"
@@ -170,7 +168,7 @@ def render_token_timer(cfg: FleetConfig) -> str:
     )
 
 
-def render_health_unit(cfg: FleetConfig) -> str:
+def render_health_unit() -> str:
     units = " ".join(f"{unit_name(c)}={NAMES[c]}" for c in COMPONENTS)
     return (
         "# gpu-fleet web layer: restarts a web unit whose container is gone (takes the layer's lock)\n"
@@ -179,8 +177,8 @@ def render_health_unit(cfg: FleetConfig) -> str:
     )
 
 
-def render_health_timer(cfg: FleetConfig) -> str:
-    every = cfg.web.health_interval_s
+def render_health_timer(w: WebLayer) -> str:
+    every = w.health_interval_s
     return (
         "[Unit]\nDescription=gpu-fleet web: watchdog timer\n\n"
         f"[Timer]\nOnActiveSec={every}s\nOnUnitActiveSec={every}s\nAccuracySec=1s\n\n"
