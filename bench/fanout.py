@@ -31,7 +31,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -229,8 +229,8 @@ def main() -> None:
         if not args.leave_up:
             lab_command("down", timeout=600)
     base = rows[0]
-    print(f"\n| nodes | first converge s (x 1-node) | per added node, % of 1-node | no-op up --refresh s "
-          f"(x 1-node) | per added node, % | SSH cmds per host and layer, no-op (max) | canary gate s |")
+    print("\n| nodes | first converge s (x 1-node) | per added node, % of 1-node | no-op up --refresh s "
+          "(x 1-node) | per added node, % | SSH cmds per host and layer, no-op (max) | canary gate s |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         k = r["nodes"] - base["nodes"]

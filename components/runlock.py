@@ -107,7 +107,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"runlock {stamp}: the last run left `{op.get('type')}` pending on "
               f"{(op.get('resource') or {}).get('urn')}", file=sys.stderr)
     if any(op.get("type") == "creating" for op in ops):
-        print(f"runlock: clearing the pending creates (`pulumi refresh --clear-pending-creates`): the next "
+        print("runlock: clearing the pending creates (`pulumi refresh --clear-pending-creates`): the next "
               "up creates them again, converging from what the killed run left on the hosts", file=sys.stderr)
         r = subprocess.run([a.pulumi, "refresh", "--stack", a.stack, "--clear-pending-creates", "--yes",
                             "--skip-preview", "--non-interactive"], cwd=a.cwd)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Optional, Protocol, Sequence
 
 from ..scripts import script
 from . import frames
-from .command import Piece, Secret, display, mask, shell_join
+from .command import Piece, Secret, mask, shell_join
 
 if TYPE_CHECKING:
     from .ssh import Connection, Result
@@ -76,7 +76,6 @@ def run_sequence(conn: "Connection", steps: Sequence[Planned], then: Optional[Se
     """Run `steps` in order on conn's host, in as few round trips as `chunks` allows, and
     then the read-only `then` in the last of them: its result (None without `then`). Raises
     the first failing step's (or the read's) error, as its own command would have."""
-    from .ssh import Result
 
     groups = chunks(steps)
     if not groups:

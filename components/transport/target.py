@@ -27,7 +27,7 @@ class HostError(FleetError):
             msg += f": {hint}"
         if output.strip():
             tail = "\n".join(output.strip().splitlines()[-15:])
-            msg += f"\n  output:\n    " + tail.replace("\n", "\n    ")
+            msg += "\n  output:\n    " + tail.replace("\n", "\n    ")
         super().__init__(msg)
 
 

@@ -125,7 +125,7 @@ def program(fake_gpus, tmp_path_factory):
     proj.run("config", "set", "nodes", json.dumps(node_specs()))
     proj.run("config", "set", "conns", json.dumps({n: conn(n) for n in NODES}))
     proj.run("config", "set", "probe_paths", json.dumps(PROBE_PATHS))
-    before = {n: node_ssh(n, f"ls -d /opt/gpu-fleet/lib 2>/dev/null || echo absent").stdout for n in NODES}
+    before = {n: node_ssh(n, "ls -d /opt/gpu-fleet/lib 2>/dev/null || echo absent").stdout for n in NODES}
     proj.run("up", "--yes", "--stack", "lab", timeout=600)
     proj.first_log = command_log(proj.log)
     yield proj

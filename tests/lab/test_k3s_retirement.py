@@ -27,7 +27,6 @@ import json
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 import yaml
@@ -74,7 +73,7 @@ def retired(node: str, unit: str) -> None:
         awk '$2 ~ "^/var/lib/kubelet|^/run/k3s" {{print "mounted", $2}}' /proc/mounts
         test -x /usr/local/bin/k3s && echo binary-kept
         """, check=False).stdout
-    assert f"units disabled inactive" in out and "condition" in out and "no-k3s-process" in out, out
+    assert "units disabled inactive" in out and "condition" in out and "no-k3s-process" in out, out
     assert "\n0\n" in out and "mounted" not in out and "binary-kept" in out, out
 
 

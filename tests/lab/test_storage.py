@@ -90,7 +90,7 @@ def test_every_node_mounts_both_and_passes_the_client_check(stored):
 
 def test_read_only_is_the_servers_doing(stored):
     """With models mounted read-write by the double, the write still fails: NFS3ERR_ROFS."""
-    p = ssh("node2", f"mkdir -p /tmp/rw-models && mount -t fuse.nfsfuse 10.213.57.10:/models /tmp/rw-models "
+    p = ssh("node2", "mkdir -p /tmp/rw-models && mount -t fuse.nfsfuse 10.213.57.10:/models /tmp/rw-models "
                      "-o rw,allow_other && { echo x > /tmp/rw-models/probe; echo rc=$?; }; "
                      "umount /tmp/rw-models", check=False)
     assert "Read-only file system" in p.stdout + p.stderr and "rc=0" not in p.stdout

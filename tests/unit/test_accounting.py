@@ -6,7 +6,7 @@ import pytest
 
 from components.layers.slurm.canary import judge, judge_sacct, parse_gres_used, parse_job
 from components.layers.accounting.component import (
-    judge_accounting, render_mariadb_cnf, render_slurmdbd_conf, render_slurmrestd_unit,
+    judge_accounting, render_slurmdbd_conf,
 )
 
 

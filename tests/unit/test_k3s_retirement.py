@@ -195,7 +195,7 @@ def test_audit_names_both_values_where_the_spec_differs():
 
 
 def test_stopped_verdict():
-    out = (f"== units\nk3s-agent.service disabled inactive yes\n== marker\nc1\n== k3s_procs\n"
+    out = ("== units\nk3s-agent.service disabled inactive yes\n== marker\nc1\n== k3s_procs\n"
            "== gpu_holders\n== mounts\n")
     assert stopped_problems(parse_stopped(out), "c1") == []
     bad = out.replace("disabled inactive yes", "enabled active no").replace(

@@ -10,7 +10,6 @@ import json
 import subprocess
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Optional, Sequence
 
 import pytest

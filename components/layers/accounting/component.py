@@ -41,7 +41,6 @@ from ...providers.base import Props, RolloutCheck, target_of
 from ..slurm.render import HEADER
 from ..slurm.upgrades import SlurmPackagesProvider, own_packages
 from ...transport import connection
-from ...transport.command import Secret
 from .config import AccountingLayer
 
 JWT_KEY = "/etc/slurm/jwt_hs256.key"

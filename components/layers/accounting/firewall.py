@@ -27,7 +27,7 @@ from ...errors import FleetError
 from ...providers.base import Props, RolloutCheck, target_of
 from ..slurm.render import HEADER
 from .config import AccountingLayer
-from ...transport import FanOutError, SshTarget, connection, fan_out
+from ...transport import FanOutError, SshTarget, fan_out
 
 DBD_PORT = 6819
 TABLE = "gpu_fleet_slurmdbd"
