@@ -119,94 +119,12 @@ class SlurmCluster(pulumi.ComponentResource):
         key_hash = pulumi.Output.unsecret(munge_key.apply(lambda k: sha256(k, 16)))
 
         self.packages = SlurmPackages(site, s.release, pulumi.ResourceOptions(parent=self), inputs.node_after)
-        daemons: list[pulumi.Resource] = []
-        answers: list[pulumi.Resource] = []  # the controller's slurmctld answering
-        ctl_conf: list[pulumi.Resource] = []
-        ctl_base: list[pulumi.Resource] = []
-        gate = pulumi.Output.from_input(inputs.controller_gate)
-        rel = s.release
-
-        def host_layer(host: HostSpec, packages: dict[str, str], is_node: bool,
-                       after: tuple[pulumi.Resource, ...] = ()) -> pulumi.Resource:
-            conn = site.conn(host)
-            h = host.name
-            parent = pulumi.ResourceOptions(parent=self, depends_on=list(inputs.node_after.get(h, ())))
-            # one resource for the host's three service accounts (issue 16: bundle.py); its
-            # alias names the first of the three resources an earlier release kept
-            ids = [Accounts(f"{h}-accounts", conn=conn, legacy=f"{h}-munge-account", opts=parent, accounts=[
-                {"user": "munge", "uid": s.munge_uid, "gid": s.munge_gid},
-                {"user": "slurm", "uid": s.slurm_uid, "gid": s.slurm_gid},
-                {"user": s.canary_user, "uid": s.canary_uid, "gid": s.canary_uid, "shell": "/bin/sh"}])]
-            # the packages start no daemon: munged before its key, slurmd before its config
-            # (24.11's waits out systemd's start timeout); the units below start them
-            pkgs = PackageSet(f"{h}-slurm-packages", conn=conn, packages=packages, hold=True,
-                              start_services=False, provider=SlurmPackagesProvider(),
-                              upgrade_from=own_packages(packages, rel.debian_version),
-                              opts=pulumi.ResourceOptions(
-                                  parent=self, depends_on=[*ids, self.packages.sources[h], *after]))
-            after_pkgs = pulumi.ResourceOptions(parent=self, depends_on=[pkgs])
-            key = File(f"{h}-munge-key", conn=conn, path="/etc/munge/munge.key", content=munge_key,
-                       mode="0400", owner="munge", group="munge", secret=True, opts=after_pkgs)
-            munge = SystemdUnit(f"{h}-munge", conn=conn, unit="munge.service", triggers={"key": key_hash},
-                                opts=pulumi.ResourceOptions(parent=self, depends_on=[key]))
-            # The controller's slurm.conf is validated in isolation before it is put in place;
-            # node copies follow only once it was. The controller's copies carry the text (so
-            # `preview --diff` shows it once), a File each; a node's three are one resource
-            # (issue 16: bundle.py) whose members carry each text's SHA-256 and the local
-            # store's path: the same texts, but O(1) state a node, not O(fleet).
-            after_ctl = pulumi.ResourceOptions(parent=self, depends_on=[pkgs, *ctl_conf])
-            if is_node:
-                files: list[pulumi.Resource] = [Files(
-                    f"{h}-slurm-config", conn=conn, legacy=f"{h}-slurm.conf", opts=after_ctl,
-                    files=[{"path": f"{SLURM_ETC}/{name}", "content": text} for name, text in confs.items()])]
-            else:
-                written = {name: File(f"{h}-{name}", conn=conn, path=f"{SLURM_ETC}/{name}", content=text,
-                                      mode="0644", validate=validate_argv(f"{SLURM_ETC}/{name}")
-                                      if name == "slurm.conf" else None, opts=after_ctl)
-                           for name, text in confs.items()}
-                files = list(written.values())
-                ctl_conf.append(written["slurm.conf"])
-                ctl_base.extend([*ids, pkgs, munge])
-            deps: list[pulumi.Resource] = [munge, *files]
-            if not is_node:  # nodes the new slurm.conf drops are drained before slurmctld takes it
-                deps.append(CommandWithVerify(
-                    f"{h}-slurm-release-nodes", conn=conn,
-                    create=["bash", "-c", _RELEASE, "bash", f"{SLURM_ETC}/slurm.conf", str(RELEASE_WAIT_S)],
-                    verify=["true"], triggers={"slurm.conf": conf_hash},
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=files)))
-            if is_node and s.fake_gpu_devices and host.name in by_name:
-                count = by_name[host.name].gpus.count
-                devs = " ".join(f"{s.gpu_device_prefix}{i}" for i in range(count))
-                deps.append(CommandWithVerify(
-                    f"{h}-fake-gpus", conn=conn,
-                    create=["sh", "-c", f'i=0; for d in {devs}; do [ -c "$d" ] || mknod -m 0666 "$d" c 195 $i; '
-                                         'i=$((i+1)); done'],
-                    verify=["sh", "-c", " && ".join(f"test -c {d}" for d in devs.split())],
-                    delete=["rm", "-f", *devs.split()], opts=after_pkgs))
-            unit = "slurmd.service" if is_node else "slurmctld.service"
-            serving = admitted.apply(lambda names: h in names) if is_node else True
-            # slurmctld also waits on what the accounting layer hands over (slurmdbd serving,
-            # the ClusterID adopted): it refuses to start while slurmdbd cannot serve it.
-            # slurmd after slurmctld answers (controller_answers.sh): a slurmd that starts while
-            # no controller listens cannot register at once
-            depends_on = [*deps, answers[0]] if is_node else gate.apply(lambda g: [*deps, *(g or [])])
-            daemon = SystemdUnit(
-                f"{h}-{unit.split('.')[0]}", conn=conn, unit=unit, enabled=serving, active=serving,
-                properties={"Delegate": "yes"} if is_node else {},
-                triggers={"restart": restart, "key": key_hash},
-                opts=pulumi.ResourceOptions(parent=self, depends_on=depends_on))
-            daemons.append(daemon)
-            if not is_node:
-                answers.append(CommandWithVerify(
-                    f"{h}-slurmctld-answers", conn=conn, create=["sh", "-c", _ANSWERS, "sh", str(ANSWER_WAIT_S)],
-                    verify=["sh", "-c", "scontrol ping | grep -q ' is UP'"],
-                    triggers={"restart": restart, "key": key_hash},
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[daemon])))
-            return daemon
+        steps = _HostSteps(self, inputs, confs, restart=restart, conf_hash=conf_hash, key_hash=key_hash)
+        daemons = steps.daemons
 
         # AuthAltTypes=auth/jwt (for slurmrestd) makes every daemon load the JWT plugin.
         jwt = {"slurm-wlm-jwt-plugin": s.release.debian_version} if accounting else {}
-        slurmctld = host_layer(ctl, {**s.release.controller_packages(), **jwt}, is_node=False)
+        slurmctld = steps.controller(ctl, {**s.release.controller_packages(), **jwt})
         ctl_conn = site.conn(ctl)
         node_packages = {**s.release.node_packages(), **jwt}
         packages_hash = sha256(repr(sorted(node_packages.items())), 16)
@@ -214,7 +132,7 @@ class SlurmCluster(pulumi.ComponentResource):
         canaries = [n for n in nodes if n.canary]
         rest = [n for n in nodes if not n.canary]
         for n in canaries:
-            host_layer(n, node_packages, is_node=True)
+            steps.node(n, node_packages)
         # Canary first inside the stack: the controller and the canary nodes take a new
         # release (or key, or restart-worthy config) and must pass the acceptance job before
         # any other node's packages move. A failure stops the rollout with the rest of the
@@ -229,13 +147,120 @@ class SlurmCluster(pulumi.ComponentResource):
                 {"restart": restart, "key": key_hash, "packages": packages_hash, "canaries": gate_nodes},
                 after=list(daemons), open_partitions=False, parent=self)
         for n in rest:
-            host_layer(n, node_packages, is_node=True, after=(canary_first,) if canary_first else ())
+            steps.node(n, node_packages, after=(canary_first,) if canary_first else ())
         reconf = CommandWithVerify(
             "slurm-reconfigure", conn=ctl_conn, create=["sh", "-c", _RECONFIGURE, "sh", f"{SLURM_ETC}/slurm.conf"],
             verify=["scontrol", "ping"], triggers={"slurm.conf": conf_hash},
             opts=pulumi.ResourceOptions(parent=self, depends_on=daemons))
         self.outputs = SlurmOutputs(
-            admitted=admitted, controller_base=ctl_base, slurmctld=slurmctld, reconfigured=reconf,
+            admitted=admitted, controller_base=steps.ctl_base, slurmctld=slurmctld, reconfigured=reconf,
             canary_first=canary_first,
             triggers={"restart": restart, "slurm.conf": conf_hash, "key": key_hash, "packages": packages_hash})
         self.register_outputs({"admitted": admitted})
+
+
+class _HostSteps:
+    """The layer's steps on one host, the controller's or a node's, and what they share: the
+    texts and hashes derived once from the inputs, and what a later host waits on (the
+    controller's validated slurm.conf, its slurmctld answering). Resources are the layer's
+    children, declared in the order the layer calls the steps."""
+
+    def __init__(self, layer: SlurmCluster, inputs: SlurmInputs, confs: dict,
+                 restart: pulumi.Output[str], conf_hash: pulumi.Output[str], key_hash: pulumi.Output[str]):
+        self.layer, self.inputs, self.confs = layer, inputs, confs
+        self.restart, self.conf_hash, self.key_hash = restart, conf_hash, key_hash
+        self.s = inputs.slurm
+        self.by_name = {n.name: n for n in inputs.site.slurm_nodes()}
+        self.daemons: list[pulumi.Resource] = []
+        self.answers: list[pulumi.Resource] = []  # the controller's slurmctld answering
+        self.ctl_conf: list[pulumi.Resource] = []  # the controller's validated slurm.conf
+        #: on the controller: identities, packages and MUNGE (what accounting builds on)
+        self.ctl_base: list[pulumi.Resource] = []
+
+    def _opts(self, *depends_on) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(parent=self.layer, depends_on=list(depends_on))
+
+    def base(self, host: HostSpec, packages: dict[str, str], after: tuple[pulumi.Resource, ...]):
+        """Identities, the release's packages and MUNGE with the stack's key, on any host:
+        (conn, the accounts, the packages, munged)."""
+        s, h = self.s, host.name
+        conn = self.inputs.site.conn(host)
+        # one resource for the host's three service accounts (issue 16: bundle.py); its
+        # alias names the first of the three resources an earlier release kept
+        ids = [Accounts(f"{h}-accounts", conn=conn, legacy=f"{h}-munge-account",
+                        opts=self._opts(*self.inputs.node_after.get(h, ())), accounts=[
+            {"user": "munge", "uid": s.munge_uid, "gid": s.munge_gid},
+            {"user": "slurm", "uid": s.slurm_uid, "gid": s.slurm_gid},
+            {"user": s.canary_user, "uid": s.canary_uid, "gid": s.canary_uid, "shell": "/bin/sh"}])]
+        # the packages start no daemon: munged before its key, slurmd before its config
+        # (24.11's waits out systemd's start timeout); the units below start them
+        pkgs = PackageSet(f"{h}-slurm-packages", conn=conn, packages=packages, hold=True,
+                          start_services=False, provider=SlurmPackagesProvider(),
+                          upgrade_from=own_packages(packages, s.release.debian_version),
+                          opts=self._opts(*ids, self.layer.packages.sources[h], *after))
+        key = File(f"{h}-munge-key", conn=conn, path="/etc/munge/munge.key", content=self.inputs.munge_key,
+                   mode="0400", owner="munge", group="munge", secret=True, opts=self._opts(pkgs))
+        munge = SystemdUnit(f"{h}-munge", conn=conn, unit="munge.service", triggers={"key": self.key_hash},
+                            opts=self._opts(key))
+        return conn, ids, pkgs, munge
+
+    def controller(self, host: HostSpec, packages: dict[str, str]) -> pulumi.Resource:
+        """The controller: its slurm.conf validated in isolation before it is put in place (the
+        nodes' copies follow only once it was), the nodes it drops drained, slurmctld once the
+        accounting layer's gate is open, then until slurmctld answers."""
+        h = host.name
+        conn, ids, pkgs, munge = self.base(host, packages, ())
+        # the controller's copies carry the text (so `preview --diff` shows it once), a File each
+        written = {name: File(f"{h}-{name}", conn=conn, path=f"{SLURM_ETC}/{name}", content=text,
+                              mode="0644", validate=validate_argv(f"{SLURM_ETC}/{name}")
+                              if name == "slurm.conf" else None, opts=self._opts(pkgs, *self.ctl_conf))
+                   for name, text in self.confs.items()}
+        files = list(written.values())
+        self.ctl_conf.append(written["slurm.conf"])
+        self.ctl_base.extend([*ids, pkgs, munge])
+        # nodes the new slurm.conf drops are drained before slurmctld takes it
+        deps: list[pulumi.Resource] = [munge, *files, CommandWithVerify(
+            f"{h}-slurm-release-nodes", conn=conn,
+            create=["bash", "-c", _RELEASE, "bash", f"{SLURM_ETC}/slurm.conf", str(RELEASE_WAIT_S)],
+            verify=["true"], triggers={"slurm.conf": self.conf_hash}, opts=self._opts(*files))]
+        # slurmctld also waits on what the accounting layer hands over (slurmdbd serving, the
+        # ClusterID adopted): it refuses to start while slurmdbd cannot serve it
+        gate = pulumi.Output.from_input(self.inputs.controller_gate)
+        daemon = SystemdUnit(
+            f"{h}-slurmctld", conn=conn, unit="slurmctld.service", enabled=True, active=True, properties={},
+            triggers={"restart": self.restart, "key": self.key_hash},
+            opts=pulumi.ResourceOptions(parent=self.layer, depends_on=gate.apply(lambda g: [*deps, *(g or [])])))
+        self.daemons.append(daemon)
+        self.answers.append(CommandWithVerify(
+            f"{h}-slurmctld-answers", conn=conn, create=["sh", "-c", _ANSWERS, "sh", str(ANSWER_WAIT_S)],
+            verify=["sh", "-c", "scontrol ping | grep -q ' is UP'"],
+            triggers={"restart": self.restart, "key": self.key_hash}, opts=self._opts(daemon)))
+        return daemon
+
+    def node(self, host: HostSpec, packages: dict[str, str],
+             after: tuple[pulumi.Resource, ...] = ()) -> pulumi.Resource:
+        """A partition node: its config after the controller's, the lab's fake GPU devices, and
+        slurmd, serving only when admitted, once slurmctld answers (a slurmd that starts while
+        no controller listens cannot register at once)."""
+        s, h = self.s, host.name
+        conn, _, pkgs, munge = self.base(host, packages, after)
+        # a node's three files are one resource (issue 16: bundle.py) whose members carry each
+        # text's SHA-256 and the local store's path: the same texts, but O(1) state a node
+        deps: list[pulumi.Resource] = [munge, Files(
+            f"{h}-slurm-config", conn=conn, legacy=f"{h}-slurm.conf", opts=self._opts(pkgs, *self.ctl_conf),
+            files=[{"path": f"{SLURM_ETC}/{name}", "content": text} for name, text in self.confs.items()])]
+        if s.fake_gpu_devices and h in self.by_name:
+            devs = [f"{s.gpu_device_prefix}{i}" for i in range(self.by_name[h].gpus.count)]
+            deps.append(CommandWithVerify(
+                f"{h}-fake-gpus", conn=conn,
+                create=["sh", "-c", f'i=0; for d in {" ".join(devs)}; do [ -c "$d" ] || mknod -m 0666 "$d" c 195 $i; '
+                                     'i=$((i+1)); done'],
+                verify=["sh", "-c", " && ".join(f"test -c {d}" for d in devs)],
+                delete=["rm", "-f", *devs], opts=self._opts(pkgs)))
+        serving = self.inputs.admission.admitted.apply(lambda names: h in names)
+        daemon = SystemdUnit(
+            f"{h}-slurmd", conn=conn, unit="slurmd.service", enabled=serving, active=serving,
+            properties={"Delegate": "yes"}, triggers={"restart": self.restart, "key": self.key_hash},
+            opts=self._opts(*deps, self.answers[0]))
+        self.daemons.append(daemon)
+        return daemon
