@@ -24,6 +24,10 @@ state whose next probe has no uid to ask for.
 
 Providers are pickled by the engine: no connection, lock or socket lives on
 `self`; connections come from the transport's module-level cache.
+
+The family's root, `HostProvider`, holds those entry points once, built from hooks:
+`HostPrimitive` fills them from probe/plan/apply, `ActionWithUndo` (undoable.py) from an
+action and its undo, the web layer's providers from their whole scripts.
 """
 
 from __future__ import annotations
@@ -211,8 +215,11 @@ def _label(provider: ResourceProvider, args: tuple) -> str:
     return f"{kind_of(provider)} {what}".strip()
 
 
-class HostPrimitive(ResourceProvider):
-    """Base dynamic provider: subclasses implement the pure hooks below."""
+class HostProvider(ResourceProvider):
+    """The family's root: a dynamic provider for one object on one host. The engine's entry
+    points live here once (conn guarded in diff, props normalized, errors short); each kind
+    fills in the hooks: `HostPrimitive` from probe/plan/apply, `ActionWithUndo` (undoable.py)
+    from an action and its undo, the web layer's containers from their own scripts."""
 
     #: the pickled provider (a class by reference, no state on `self`) holds no secret: in the
     #: clear in the state (issue 16); the SDK still makes it secret if one were captured
@@ -221,11 +228,87 @@ class HostPrimitive(ResourceProvider):
     #: input fields whose change means a different object (replace, not update)
     replace_on: tuple[str, ...] = ()
 
+    #: output keys an update carries over from the recorded state (what create learnt)
+    record_keys: tuple[str, ...] = ()
+
+    #: a replacement deletes the old object before creating the new one (else after)
+    delete_before_replace = True
+
     # ---- hooks -----------------------------------------------------------------
     def key(self, props: Props) -> str:
         """What this object is on its host (a path, a unit, a user), for ids and errors."""
         raise NotImplementedError
 
+    def id_of(self, props: Props) -> str:
+        return f"{target_of(props).name}:{self.key(props)}"
+
+    def converge(self, props: Props, record: Props) -> Props:
+        """Create and update: make the host hold the object, prove it, return full outputs;
+        `record` is what `record_keys` kept from the last outputs (empty on create)."""
+        raise NotImplementedError
+
+    def observe(self, props: Props) -> Props:
+        """Refresh: what the host shows now, merged over the recorded outputs."""
+        raise NotImplementedError
+
+    def undo(self, props: Props) -> None:
+        """Delete, from the recorded outputs."""
+        raise NotImplementedError
+
+    def refuse(self, olds: Props, news: Props) -> None:
+        """Raise PlanRefused for a change this kind will not make (in diff: before anything runs)."""
+
+    def replaces(self, olds: Props, news: Props) -> list[str]:
+        """The input fields whose change makes this another object."""
+        return sorted(k for k in self.replace_on if olds.get(k) != news.get(k))
+
+    def drifted(self, olds: Props, news: Props) -> bool:
+        """Whether the recorded state differs from what the stack now asks for (an update)."""
+        raise NotImplementedError
+
+    def _reading(self, id_: str, props: Props) -> contextlib.AbstractContextManager[None]:
+        """Around read and delete's use of recorded outputs."""
+        return contextlib.nullcontext()
+
+    # ---- entry points ------------------------------------------------------------
+    @_entry
+    def create(self, props: Props) -> CreateResult:
+        outs = self.converge(props, {})
+        return CreateResult(id_=self.id_of(props), outs=outs)
+
+    @_entry
+    def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
+        return UpdateResult(outs=self.converge(news, {k: olds[k] for k in self.record_keys if k in olds}))
+
+    @_entry
+    def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
+        self.refuse(olds, news)
+        how = conn_change(kind_of(self), _id, olds, news)
+        replaces = self.replaces(olds, news) + (["conn"] if how == "replace" else [])
+        return DiffResult(changes=how is not None or bool(replaces) or self.drifted(olds, news),
+                          replaces=replaces, stables=[],
+                          delete_before_replace=how == "replace" or (bool(replaces) and self.delete_before_replace))
+
+    @_entry
+    def read(self, id_: str, props: Props) -> ReadResult:
+        props = recorded_inputs(props)  # what was recorded, the stack's inputs (INPUTS) carried on
+        with self._reading(id_, props):
+            outs = {**props, **self.observe(props)}
+        return ReadResult(id_=id_, outs=outs)
+
+    @_entry
+    def delete(self, _id: str, props: Props) -> None:
+        props = recorded_inputs(props)
+        with self._reading(_id, props):
+            self.undo(props)
+
+
+class HostPrimitive(HostProvider):
+    """An object the host can be read for (`probe_argv` + `parse`) and planned towards
+    (`desired`, `plan`): create and update probe, plan, apply, probe again and fail unless
+    the new plan is empty; refresh probes; delete plans the way back."""
+
+    # ---- hooks -----------------------------------------------------------------
     def probe_argv(self, props: Props) -> list[Piece]:
         raise NotImplementedError
 
@@ -302,52 +385,23 @@ class HostPrimitive(ResourceProvider):
             )
         return self.applied(props, record, before, after, steps)
 
-    #: output keys written by `remember` (carried across updates)
-    record_keys: tuple[str, ...] = ()
+    # ---- the root's hooks, from the ones above ------------------------------------
+    def converge(self, props: Props, record: Props) -> Props:
+        return self.apply(props, record)
 
-    @_entry
-    def create(self, props: Props) -> CreateResult:
-        outs = self.apply(props, {})
-        return CreateResult(id_=f"{target_of(props).name}:{self.key(props)}", outs=outs)
+    def drifted(self, olds: Props, news: Props) -> bool:
+        # in a preview, an input another resource computes this run is a change
+        return has_unknown(news) or any(olds.get(k) != v for k, v in self.desired(news).items())
 
-    @_entry
-    def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
-        record = {k: olds[k] for k in self.record_keys if k in olds}
-        return UpdateResult(outs=self.apply(news, record))
+    def observe(self, props: Props) -> Props:
+        return self.state(props, self.probe(self._conn(props), props, refresh=True))
 
-    @_entry
-    def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
-        how = conn_change(kind_of(self), _id, olds, news)
-        if has_unknown(news):  # in a preview, an input another resource computes this run
-            replaces = sorted(k for k in self.replace_on if has_unknown(news.get(k)) or olds.get(k) != news.get(k))
-            return DiffResult(changes=True, replaces=replaces + (["conn"] if how == "replace" else []),
-                              stables=[], delete_before_replace=True)
-        desired = self.desired(news)
-        changes = {k for k, v in desired.items() if olds.get(k) != v}
-        replaces = sorted(k for k in self.replace_on if olds.get(k) != news.get(k))
-        if how == "replace":
-            replaces.append("conn")
-        elif how == "update":
-            changes.add("conn")
-        changes |= set(replaces)
-        return DiffResult(changes=bool(changes), replaces=replaces, stables=[],
-                          delete_before_replace=True)
+    def undo(self, props: Props) -> None:
+        conn = self._conn(props)
+        run_steps(conn, self.plan_delete(props, self.probe(conn, props)))
 
-    @_entry
-    def read(self, id_: str, props: Props) -> ReadResult:
-        props = recorded_inputs(props)  # what was recorded, the stack's inputs (INPUTS) carried on
-        with _from_record(kind_of(self), id_, props):
-            conn = self._conn(props)
-            outs = {**props, **self.state(props, self.probe(conn, props, refresh=True))}
-        return ReadResult(id_=id_, outs=outs)
-
-    @_entry
-    def delete(self, _id: str, props: Props) -> None:
-        props = recorded_inputs(props)
-        with _from_record(kind_of(self), _id, props):
-            conn = self._conn(props)
-            steps = self.plan_delete(props, self.probe(conn, props))
-        run_steps(conn, steps)
+    def _reading(self, id_: str, props: Props) -> contextlib.AbstractContextManager[None]:
+        return _from_record(kind_of(self), id_, props)
 
 
 class RolloutCheck(ResourceProvider):

@@ -13,35 +13,23 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import Resource
 
 from ...errors import FleetError
-from ...providers.base import Props, _entry, conn_change
+from ...providers.base import HostProvider, Props
 from ...transport import Connection
 from .remote import LIFECYCLE, READBACK, connect as _c, bash
 from .runtime import judge, parse_readback
 
 
-class WebProvider(ResourceProvider):
-    """diff from the recorded state only: a replace for what names another object, an update for drift."""
+class WebProvider(HostProvider):
+    """The web layer's kind of host object: made, read back and removed by its own commands and
+    scripts (converge, observe, undo); diff reads the recorded state only: a replace for what
+    names another object (`replace_on`), an update for drift. Holds no secret (the token is
+    minted on the host)."""
 
-    serialize_as_secret_always = False  # holds no secret (the token is minted on the host)
-    #: replacing deletes the old object first (else the new one is created first)
+    #: a replacement creates the new object before deleting the old one
     delete_before_replace = False
-
-    def replaces(self, olds: Props, news: Props) -> list[str]:
-        return []
-
-    def drifted(self, olds: Props, news: Props) -> bool:
-        raise NotImplementedError
-
-    @_entry
-    def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
-        how = conn_change(type(self).__name__, _id, olds, news)
-        replaces = (["conn"] if how == "replace" else []) + self.replaces(olds, news)
-        return DiffResult(changes=bool(how) or bool(replaces) or self.drifted(olds, news),
-                          replaces=replaces, stables=[],
-                          delete_before_replace=how == "replace" or (bool(replaces) and self.delete_before_replace))
 
 
 # --- images ---------------------------------------------------------------------------------
@@ -52,8 +40,11 @@ def _image_probe(conn: Connection, ref: str) -> Optional[str]:
 
 
 class WebImageProvider(WebProvider):
-    def replaces(self, olds: Props, news: Props) -> list[str]:
-        return ["ref"] if olds.get("ref") != news.get("ref") else []
+    replace_on = ("ref",)
+    record_keys = ("pulled",)
+
+    def id_of(self, props: Props) -> str:
+        return f"{props['conn']['name']}:web-image:{props['component']}"
 
     def drifted(self, olds: Props, news: Props) -> bool:
         return olds.get("digest") != news["ref"].rsplit("@", 1)[1]
@@ -70,21 +61,13 @@ class WebImageProvider(WebProvider):
                              f"shows digest {have}, not the pinned {want}")
         return {**props, "digest": have, "pulled": pulled}
 
-    @_entry
-    def create(self, props: Props) -> CreateResult:
-        return CreateResult(id_=f"{props['conn']['name']}:web-image:{props['component']}",
-                            outs=self._ensure(props, False))
+    def converge(self, props: Props, record: Props) -> Props:
+        return self._ensure(props, bool(record.get("pulled")))
 
-    @_entry
-    def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
-        return UpdateResult(outs=self._ensure(news, bool(olds.get("pulled"))))
+    def observe(self, props: Props) -> Props:
+        return {"digest": _image_probe(_c(props["conn"]), props["ref"])}
 
-    @_entry
-    def read(self, id_: str, props: Props) -> ReadResult:
-        return ReadResult(id_=id_, outs={**props, "digest": _image_probe(_c(props["conn"]), props["ref"])})
-
-    @_entry
-    def delete(self, _id: str, props: Props) -> None:
+    def undo(self, props: Props) -> None:
         if props.get("pulled"):  # an image the admin had before stays
             _c(props["conn"]).run(["podman", "rmi", "--ignore", props["ref"]], mutating=True)
 
@@ -107,8 +90,11 @@ def _network_probe(conn: Connection, name: str) -> Optional[bool]:
 
 
 class WebNetworkProvider(WebProvider):
-    def replaces(self, olds: Props, news: Props) -> list[str]:
-        return [k for k in ("name", "internal") if olds.get(k) != news.get(k)]
+    replace_on = ("name", "internal")
+    record_keys = ("created",)
+
+    def id_of(self, props: Props) -> str:
+        return f"{props['conn']['name']}:web-network:{props['name']}"
 
     def drifted(self, olds: Props, news: Props) -> bool:
         return olds.get("observed_internal") != news["internal"]
@@ -125,20 +111,13 @@ class WebNetworkProvider(WebProvider):
                              f"{props['internal']} (a network of that name that is not the layer's: rename or remove it)")
         return {**props, "observed_internal": have, "created": created}
 
-    @_entry
-    def create(self, props: Props) -> CreateResult:
-        return CreateResult(id_=f"{props['conn']['name']}:web-network:{props['name']}", outs=self._ensure(props, False))
+    def converge(self, props: Props, record: Props) -> Props:
+        return self._ensure(props, bool(record.get("created")))
 
-    @_entry
-    def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
-        return UpdateResult(outs=self._ensure(news, bool(olds.get("created"))))
+    def observe(self, props: Props) -> Props:
+        return {"observed_internal": _network_probe(_c(props["conn"]), props["name"])}
 
-    @_entry
-    def read(self, id_: str, props: Props) -> ReadResult:
-        return ReadResult(id_=id_, outs={**props, "observed_internal": _network_probe(_c(props["conn"]), props["name"])})
-
-    @_entry
-    def delete(self, _id: str, props: Props) -> None:
+    def undo(self, props: Props) -> None:
         if props.get("created"):  # not --force: a container someone else attached stops the rollback, named
             conn = _c(props["conn"])
             if _network_probe(conn, props["name"]) is not None:
@@ -164,6 +143,9 @@ def spec_of(props: Props) -> dict[str, Any]:
 
 
 class WebContainerProvider(WebProvider):
+    def id_of(self, props: Props) -> str:
+        return f"{props['conn']['name']}:web-container:{props['name']}"
+
     def drifted(self, olds: Props, news: Props) -> bool:
         return (spec_of(olds) != spec_of(news) or olds.get("problems") != []
                 or not (olds.get("observed") or {}).get("running"))
@@ -183,21 +165,14 @@ class WebContainerProvider(WebProvider):
                              + "\n  - ".join(problems))
         return {**props, "observed": obs, "problems": []}
 
-    @_entry
-    def create(self, props: Props) -> CreateResult:
-        return CreateResult(id_=f"{props['conn']['name']}:web-container:{props['name']}", outs=self._apply(props))
+    def converge(self, props: Props, record: Props) -> Props:
+        return self._apply(props)
 
-    @_entry
-    def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
-        return UpdateResult(outs=self._apply(news))
-
-    @_entry
-    def read(self, id_: str, props: Props) -> ReadResult:
+    def observe(self, props: Props) -> Props:
         obs = self._readback(_c(props["conn"]), props)
-        return ReadResult(id_=id_, outs={**props, "observed": obs, "problems": judge(props, obs)})
+        return {"observed": obs, "problems": judge(props, obs)}
 
-    @_entry
-    def delete(self, _id: str, props: Props) -> None:
+    def undo(self, props: Props) -> None:
         _c(props["conn"]).run(bash(LIFECYCLE, "remove", props["unit"], props["name"], props["timer"],
                                  props["health"], props["lock"]), mutating=True, timeout=300)
 

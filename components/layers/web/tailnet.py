@@ -16,9 +16,9 @@ import json
 from typing import Any, Optional
 
 import pulumi
-from pulumi.dynamic import CreateResult, ReadResult, Resource, UpdateResult
+from pulumi.dynamic import Resource
 
-from ...providers.base import Props, RolloutCheck, _entry
+from ...providers.base import Props, RolloutCheck
 from .container import WebProvider
 from .remote import TAILNET, connect, bash
 
@@ -68,31 +68,22 @@ class TailnetExposureProvider(WebProvider):
     """A change ID, address or interface of its own is another exposure: the old one's rollback
     (delete) runs first."""
     delete_before_replace = True
+    replace_on = ("change_id", "address", "interface")
 
-    def _open(self, props: Props) -> Props:
+    def id_of(self, props: Props) -> str:
+        return f"{props['conn']['name']}:web-tailnet:{props['change_id']}"
+
+    def converge(self, props: Props, record: Props) -> Props:
         return {**props, "seen": parse_states(_run(props, "opened", True)), "exposed": True}
-
-    @_entry
-    def create(self, props: Props) -> CreateResult:
-        return CreateResult(id_=f"{props['conn']['name']}:web-tailnet:{props['change_id']}", outs=self._open(props))
-
-    def replaces(self, olds: Props, news: Props) -> list[str]:
-        return [k for k in ("change_id", "address", "interface") if olds.get(k) != news.get(k)]
 
     def drifted(self, olds: Props, news: Props) -> bool:
         return olds.get("exposed") is not True or olds.get("port") != news.get("port")
 
-    @_entry
-    def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
-        return UpdateResult(outs=self._open(news))
-
-    @_entry
-    def read(self, id_: str, props: Props) -> ReadResult:
+    def observe(self, props: Props) -> Props:
         seen = parse_states(_run(props, "probe", False))
-        return ReadResult(id_=id_, outs={**props, "seen": seen, "exposed": exposed_as_declared(seen, props["address"])})
+        return {"seen": seen, "exposed": exposed_as_declared(seen, props["address"])}
 
-    @_entry
-    def delete(self, _id: str, props: Props) -> None:
+    def undo(self, props: Props) -> None:
         _run(props, "closed", True)
 
 
