@@ -27,11 +27,11 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 from pulumi.dynamic import Resource
 
 from ...errors import FleetError
-from ...providers.base import Props, _entry, conn_change, target_of
+from ...providers.base import Props, target_of
+from ...providers.undoable import ActionWithUndo
 from ...scripts import script
 from ...transport import connection
 
@@ -56,13 +56,17 @@ def parse_lines(stdout: str) -> dict[str, Any]:
     return out
 
 
-class AccountingHistoryProvider(ResourceProvider):
+class AccountingHistoryProvider(ActionWithUndo):
     """Restore on create, proven backup on delete; nothing on refresh or a no-op up."""
 
-    serialize_as_secret_always = False  # no secret captured (components/providers/base.py)
+    #: another database or backup dir is another object: delete dumps and drops the one recorded
+    replace_on = ("database", "backup_dir")
+    act_on_update = False
 
-    @_entry
-    def create(self, props: Props) -> CreateResult:
+    def id_of(self, props: Props) -> str:
+        return f"{target_of(props).name}:{props['database']}"
+
+    def act(self, props: Props) -> Props:
         conn = connection(target_of(props))
         res = conn.run(["bash", "-c", _RESTORE, "bash", props["database"], props["backup_dir"]],
                        mutating=True, check=False)
@@ -71,28 +75,10 @@ class AccountingHistoryProvider(ResourceProvider):
             why = got.get("refused") or (res.stdout + res.stderr).strip()[-500:]
             raise FleetError(f"host {conn.t.name}: refusing to start accounting on an empty database "
                              f"{props['database']!r} from a damaged backup: {why}")
-        return CreateResult(id_=f"{conn.t.name}:{props['database']}", outs={
-            **props, "restored_from": got.get("restored"), "restored_sha256": got.get("sha256"),
-            "restored_jobs": got["jobs"]})
+        return {"restored_from": got.get("restored"), "restored_sha256": got.get("sha256"),
+                "restored_jobs": got["jobs"]}
 
-    @_entry
-    def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
-        moved = [k for k in ("database", "backup_dir") if olds.get(k) != news.get(k)]
-        # its delete dumps and drops the database where it was recorded: never another address
-        conn = conn_change("AccountingHistory", _id, olds, news)
-        if conn == "replace":
-            moved.append("conn")
-        return DiffResult(changes=bool(moved) or conn == "update", replaces=moved, stables=[],
-                          delete_before_replace=True)
-
-    def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
-        return UpdateResult(outs={**olds, **news})
-
-    def read(self, id_: str, props: Props) -> ReadResult:
-        return ReadResult(id_=id_, outs=props)
-
-    @_entry
-    def delete(self, _id: str, props: Props) -> None:
+    def undo(self, props: Props) -> None:
         conn = connection(target_of(props))
         res = conn.run(["bash", "-c", _BACKUP, "bash", props["database"], props["backup_dir"]],
                        mutating=True, check=False, timeout=3600)

@@ -31,6 +31,7 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, Resou
 
 from ...errors import FleetError
 from ...providers.base import PlanRefused, Props, RolloutCheck, _entry, conn_change
+from ...providers.undoable import ActionWithUndo
 from ...scripts import script, sections
 from ...kit import bash, connect
 from ...transport import Connection, FanOutError, SshTarget, fan_out
@@ -315,12 +316,20 @@ class K3sSeal(Resource, module="k3s", name="Seal"):
 
 # --- stop and restore ----------------------------------------------------------------------------
 
-class K3sStopProvider(ResourceProvider):
+class K3sStopProvider(ActionWithUndo):
+    """Stop on create and on an update (a stop no longer in effect), the rollback on delete."""
+
+    #: as before this base: the state keeps the pickled provider as a secret
+    serialize_as_secret_always = True
+
+    def id_of(self, props: Props) -> str:
+        return f"{props['conn']['name']}:k3s-stop:{props['change_id']}"
+
     def _probe(self, node: Connection, props: Props) -> dict:
         return parse_stopped(node.run(bash(_STOPPED, MARKER, props["gpu_prefix"], _HOLDERS, ":".join(MOUNT_ROOTS),
                                          *props["units"]), mutating=False).stdout)
 
-    def _stop(self, props: Props) -> Props:
+    def act(self, props: Props) -> Props:
         node = connect(props["conn"])
         if not props.get("sealed"):
             raise FleetError(f"host {node.t.name}: K3s {props['change_id']}: no sealed bundle; nothing is stopped")
@@ -331,36 +340,24 @@ class K3sStopProvider(ResourceProvider):
         if bad:
             raise FleetError(f"host {node.t.name}: K3s did not stop cleanly (change {props['change_id']}); the node "
                              "is not handed over to Slurm:\n  - " + "\n  - ".join(bad))
-        return {**props, "stopped": True, "at": _now()}
+        return {"stopped": True, "at": _now()}
 
-    @_entry
-    def create(self, props: Props) -> CreateResult:
-        return CreateResult(id_=f"{props['conn']['name']}:k3s-stop:{props['change_id']}", outs=self._stop(props))
-
-    @_entry
-    def diff(self, _id: str, olds: Props, news: Props) -> DiffResult:
-        n = news["conn"]["name"]
+    def refuse(self, olds: Props, news: Props) -> None:
         if olds.get("change_id") != news.get("change_id"):
+            n = news["conn"]["name"]
             raise PlanRefused(
                 f"host {n}: K3s is retired under change {olds.get('change_id')!r}; a new change ID "
                 f"({news.get('change_id')!r}) retires again only after a rollback: take {n} out of "
                 "k3s_retirement.retire (or destroy) and `pulumi up`, then set the new ID")
-        how = conn_change("K3sStop", _id, olds, news)
-        changes = how is not None or olds.get("stopped") is not True
-        return DiffResult(changes=changes, replaces=["conn"] if how == "replace" else [], stables=[],
-                          delete_before_replace=True)
 
-    @_entry
-    def update(self, _id: str, olds: Props, news: Props) -> UpdateResult:
-        return UpdateResult(outs=self._stop(news))
+    def drifted(self, olds: Props, news: Props) -> bool:
+        return olds.get("stopped") is not True
 
-    @_entry
-    def read(self, id_: str, props: Props) -> ReadResult:
+    def observe(self, props: Props) -> Props:
         seen = self._probe(connect(props["conn"]), props)
-        return ReadResult(id_=id_, outs={**props, "stopped": not stopped_problems(seen, props["change_id"])})
+        return {"stopped": not stopped_problems(seen, props["change_id"])}
 
-    @_entry
-    def delete(self, _id: str, props: Props) -> None:
+    def undo(self, props: Props) -> None:
         restore(props)
 
 
