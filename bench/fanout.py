@@ -72,7 +72,7 @@ def labels_to_layers(proj: PulumiProject) -> dict[tuple[str, str], str]:
         provider = dill.loads(base64.b64decode(outs["__provider"]))
         try:
             host = target_of(outs).name
-        except Exception:  # noqa: BLE001 - a check without one host (fans out inside)
+        except Exception:  # a check without one host (fans out inside)
             host = "*"
         out[(host, _label(provider, (outs,)))] = layer_of(r["urn"])
     return out
@@ -195,8 +195,8 @@ def bench(n: int, repeat: int, policy: bool, parallel: int, first_repeat: int = 
                 "first_phases": at,
                 "noop_s": round(statistics.median(times), 2),
                 "noop_all": [round(t, 2) for t in times],
-                # CPU s of the median run (the lower one of an even count): each process role of the CLI's tree ("other": ssh clients),
-                # and the whole machine (the lab hosts' sshd and probes are the rest)
+                # CPU s of the median run (the lower one of an even count): each process role of the CLI's tree
+                # ("other": ssh clients), and the whole machine (the lab hosts' sshd and probes are the rest)
                 "noop_cpu_s": cpus[times.index(statistics.median_low(times))],
                 "first_commands_per_host": dict(Counter(e["host"] for e in first_log)),
                 "noop_per_host_layer": {f"{h} {lay}": c for (h, lay), c in sorted(counts.items())},

@@ -27,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,10 +47,11 @@ REPO = "lab/tiny-video-dit"
 def start_double(root: Path, log: Path) -> tuple[subprocess.Popen, str]:
     proc = subprocess.Popen([sys.executable, "-m", "tests.doubles.hub", "--root", str(root), "--log", str(log)],
                             cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None  # stdout=PIPE
     return proc, proc.stdout.readline().strip()
 
 
-def timed(fn) -> float:
+def timed(fn: Callable[[], object]) -> float:
     t0 = time.perf_counter()
     fn()
     return time.perf_counter() - t0
@@ -100,17 +103,18 @@ def main() -> None:
         for i in range(a.repeat):
             hf_dir, curl_dir = work / f"hf{i}", work / f"curl{i}"
             before = len(log.read_text().splitlines())
-            order = [("hf", lambda: run_hf(url, commit, hf_dir, a.workers)),
-                     ("curl", lambda: run_curl(url, commit, files, curl_dir, a.workers))]
+            order = [("hf", partial(run_hf, url, commit, hf_dir, a.workers)),
+                     ("curl", partial(run_curl, url, commit, files, curl_dir, a.workers))]
             for name, fn in order if i % 2 == 0 else order[::-1]:
                 times[name].append(timed(fn))
             same_tree(model, hf_dir, files)
             same_tree(model, curl_dir, files)
             requests = [json.loads(line) for line in log.read_text().splitlines()[before:]]
-            hashers = [("hash_all", lambda: hash_all(str(hf_dir), files, a.workers)),
-                       ("sha256sum", lambda: run_sha256sum(hf_dir, files, a.workers))]
-            for name, fn in hashers if i % 2 == 0 else hashers[::-1]:
-                times[name].append(timed(fn))
+            hashers: list[tuple[str, Callable[[], object]]] = [
+                ("hash_all", partial(hash_all, str(hf_dir), files, a.workers)),
+                ("sha256sum", partial(run_sha256sum, hf_dir, files, a.workers))]
+            for name, hasher in hashers if i % 2 == 0 else hashers[::-1]:
+                times[name].append(timed(hasher))
             shutil.rmtree(curl_dir)
             if i < a.repeat - 1:
                 shutil.rmtree(hf_dir)

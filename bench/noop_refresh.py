@@ -43,7 +43,8 @@ def bench(nodes: list[str], repeat: int, skip_preview: bool) -> dict:
         proj.run("config", "set", "--secret", "secret", "bench-secret")
         try:
             proj.run("up", "--yes", "--stack", "bench")
-            times, trips = [], Counter()
+            times: list[float] = []
+            trips: Counter[str] = Counter()
             for _ in range(repeat):
                 log.unlink(missing_ok=True)
                 start = time.monotonic()

@@ -99,8 +99,8 @@ def fleet(n: int) -> dict:
 # ---- process tree accounting ---------------------------------------------------------------
 
 ROLES = (("pulumi.dynamic", "provider"), ("components.provider_host", "provider"),
-         ("pulumi-analyzer-policy", "policy"), ("pulumi_policy", "policy"), ("pulumi.policy", "policy"), ("-use-executor", "language host"),
-         ("pulumi-language-python-exec", "program"))
+         ("pulumi-analyzer-policy", "policy"), ("pulumi_policy", "policy"), ("pulumi.policy", "policy"),
+         ("-use-executor", "language host"), ("pulumi-language-python-exec", "program"))
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -187,13 +187,13 @@ def timed(proj: PulumiProject, *args: str, timeout: int) -> tuple[float, dict, s
     t.start()
     try:
         out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
+    except subprocess.TimeoutExpired as e:
         os.killpg(p.pid, signal.SIGKILL)
         out, err = p.communicate()
         w.stop.set()
         t.join()
         raise AssertionError(f"pulumi {' '.join(args)}: timed out after {timeout} s; "
-                             + figures(w.by_role()))
+                             + figures(w.by_role())) from e
     finally:
         w.stop.set()
         t.join()
@@ -450,7 +450,8 @@ def bench(n: int, args: argparse.Namespace) -> dict:
         trace = sum(len(json.dumps(x.get("stackTrace", ""))) for x in res)
         disk = sum(f.stat().st_size for f in (tmp / "backend").rglob(f"{stack}.json*") if f.is_file()
                    and ".bak" not in f.name)
-        print(f"  {n} nodes: state written (fake hosts, {'checkpointed' if args.checkpointed_build else 'no checkpoints'}) "
+        written = 'checkpointed' if args.checkpointed_build else 'no checkpoints'
+        print(f"  {n} nodes: state written (fake hosts, {written}) "
               f"in {wall_c:.1f} s (CLI {roles_c.get('cli', {}).get('rss_mib', 0):.0f} MiB peak): "
               f"{len(state) / 1024:.0f} KB, {len(state) / n / 1024:.1f} KB/node, "
               f"{len(res)} resources; the backend's file {disk / 1024:.0f} KB; stackTrace fields {trace / 1024:.0f} KB",
@@ -507,6 +508,7 @@ def main() -> None:
         if not r.get("preview_s"):
             print(f"| {r['nodes']} | - | - | {r.get('error', 'failed')[:60]} | | | | | | |")
             continue
+        assert base is not None  # r itself has a preview time
         pv = r["preview"]
         cli, prog = pv.get("cli", {}), pv.get("program", {})
         print(f"| {r['nodes']} | {r['resources']} | {r['resources'] / r['nodes']:.1f} | {r['preview_s']} "

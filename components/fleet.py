@@ -16,6 +16,7 @@ resource graph itself has no cycle.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Protocol
@@ -109,6 +110,8 @@ class Fleet(pulumi.ComponentResource):
             return
         accounting = (cfg.accounting.enabled and secrets.db_password is not None
                       and secrets.jwt_key is not None)
+        controller_gate: pulumi.Output[list[pulumi.Resource]]
+        hand_over: Callable[[pulumi.Output[list[pulumi.Resource]]], None]
         controller_gate, hand_over = pulumi.deferred_output()
         job = JobSpec(site=site, canary_user=cfg.slurm.canary_user,
                       partitions=tuple(p.name for p in cfg.slurm.partitions),
@@ -118,7 +121,7 @@ class Fleet(pulumi.ComponentResource):
             admission=self.admission, controller_gate=controller_gate, accounting=accounting, job=job,
             node_after=node_after), child).outputs
         after = [self.slurm.reconfigured]
-        if accounting:
+        if accounting and secrets.db_password is not None and secrets.jwt_key is not None:  # (implied: typed)
             self.accounting = Accounting("accounting", AccountingInputs(
                 site=site, accounting=cfg.accounting, cluster_name=cfg.slurm.cluster_name,
                 slurm_debian_version=cfg.slurm.release.debian_version, db_password=secrets.db_password,

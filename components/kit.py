@@ -6,7 +6,7 @@ options that parent a resource to its component and order it after others.
 from __future__ import annotations
 
 import hashlib
-from typing import Callable, Optional
+from typing import Callable, Optional, TypeVar
 
 import pulumi
 
@@ -21,12 +21,16 @@ def sha256(text: str, n: Optional[int] = None) -> str:
     return digest[:n] if n else digest
 
 
-def sh(script: str, *args: Piece) -> list[Piece]:
+#: an argv's pieces: all text (list[str], what a recorded command holds) or some of them secret
+P = TypeVar("P", bound=Piece)
+
+
+def sh(script: str, *args: P) -> list[str | P]:
     """argv for a POSIX sh script (dash on Debian); positional args arrive quoted as $1, $2, ..."""
     return ["sh", "-c", script, "sh", *args]
 
 
-def bash(script: str, *args: Piece) -> list[Piece]:
+def bash(script: str, *args: P) -> list[str | P]:
     """argv for a script that says #!/bin/bash (arrays, pipefail): `sh -c` would run it in dash."""
     return ["bash", "-c", script, "bash", *args]
 

@@ -203,20 +203,20 @@ def tune() -> None:
     resource._get_stack_trace = lambda: source_pb2.StackTrace()
     proxy = SimpleNamespace(**{k: getattr(asyncio, k) for k in dir(asyncio) if not k.startswith("__")})
     proxy.wait = _wait
-    stack.asyncio = proxy
+    stack.asyncio = proxy  # type: ignore[assignment]  # the patch: a namespace stands in for the module
     if os.environ.get("GPU_FLEET_SDK_DEBUG_LOG") != "1":
         import pulumi.runtime.rpc_manager as rpc_manager
 
         quiet = SimpleNamespace(**{k: getattr(resource.log, k) for k in dir(resource.log) if not k.startswith("__")})
         quiet.debug = lambda *a, **k: None
-        resource.log = rpc_manager.log = quiet
+        resource.log = rpc_manager.log = quiet  # type: ignore[assignment]  # the patch, as above
     import pulumi.runtime.resource_cycle_breaker as cycles
     import pulumi.runtime.rpc as rpc
 
     cycles.declare_dependency = rpc.declare_dependency = declare_dependency
     import pulumi.output as output
 
-    global _Unknown  # noqa: PLW0603
+    global _Unknown
     _Unknown = output.Unknown
     rpc.contains_unknowns = contains_unknowns
     import pulumi._types as types
@@ -225,4 +225,4 @@ def tune() -> None:
     _SDK.update(resource_types=types.resource_types, serialize_provider=dynamic.serialize_provider)
     types.resource_types = resource_types
     dynamic.serialize_provider = serialize_provider
-    stack._gpu_fleet_tuned = True
+    stack._gpu_fleet_tuned = True  # type: ignore[attr-defined]  # our marker on the SDK's module

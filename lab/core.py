@@ -43,7 +43,7 @@ def _expected(inv: dict, nodes: int) -> list[str]:
 
 def host_health(h: dict) -> tuple[bool, bool]:
     pid = h.get("pid")
-    pid_ok = bool(pid) and nspawn.is_lab_nspawn(int(pid))
+    pid_ok = bool(pid and nspawn.is_lab_nspawn(int(pid)))
     return pid_ok, pid_ok and ssh_ok(h["address"])
 
 
@@ -103,7 +103,7 @@ def up(nodes: int = DEFAULT_NODES, timeout: float = 120.0, rootfs_mode: str | No
                     f"{rel(LOGS_DIR)}; GPU_FLEET_LAB_KEEP_FAILED=1 keeps the hosts)")
                 try:
                     _down(quiet=True, keep_logs=True)
-                except Exception as e:  # noqa: BLE001 - report the boot error, not this one
+                except Exception as e:  # report the boot error, not this one
                     log(f"cleanup after the failed boot also failed: {e}")
             raise
 

@@ -409,7 +409,7 @@ def readiness(nodes_json: str, now: float) -> dict[str, dict]:
         return {}
     res = {}
     for it in items:
-        cond = next((c for c in it.get("status", {}).get("conditions", []) if c.get("type") == "Ready"), {})
+        cond: dict = next((c for c in it.get("status", {}).get("conditions", []) if c.get("type") == "Ready"), {})
         hb = cond.get("lastHeartbeatTime")
         age = round(now - calendar.timegm(time.strptime(hb, "%Y-%m-%dT%H:%M:%SZ")), 1) if hb else None
         res[it["metadata"]["name"]] = {
@@ -434,7 +434,8 @@ def status(names: list[str] | None = None) -> dict:
     with ThreadPoolExecutor(max_workers=len(nodes)) as ex:
         raw = list(ex.map(lambda n: _ssh(hosts[n], 'exec python3 - "$@"', stdin=probe.encode()), nodes))
     result = {n: json.loads(r) for n, r in zip(nodes, raw)}
-    servers = [n for n in nodes if result[n]["role"] == "server" and result[n]["services"][SERVER_UNIT]["active"] == "active"]
+    servers = [n for n in nodes
+               if result[n]["role"] == "server" and result[n]["services"][SERVER_UNIT]["active"] == "active"]
     ready = node_readiness(hosts[servers[0]]) if servers else {}
     for n in nodes:
         result[n]["node"] = ready.get(n)

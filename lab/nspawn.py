@@ -214,7 +214,8 @@ def launch(host: Host, repo: Path) -> int:
         "SYSTEMD_NSPAWN_UNIFIED_HIERARCHY": hierarchy(host),
     }
     with open(log_path(host.name), "ab") as out, open(os.devnull, "rb") as devnull:
-        out.write(f"--- lab boot {time.strftime('%Y-%m-%d %H:%M:%S')}: {shlex.join(nspawn_argv(host, repo))}\n".encode())
+        stamp = time.strftime('%Y-%m-%d %H:%M:%S')
+        out.write(f"--- lab boot {stamp}: {shlex.join(nspawn_argv(host, repo))}\n".encode())
         out.flush()
         proc = subprocess.Popen(
             ["/bin/sh", "-c", script], stdin=devnull, stdout=out, stderr=subprocess.STDOUT,

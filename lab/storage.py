@@ -68,14 +68,15 @@ def storage_host(hosts: list[Host] | None = None) -> Host:
 
 
 def ssh(host: Host, script: str, stdin: bytes = b"", timeout: float = 120,
-        check: bool = True) -> subprocess.CompletedProcess:
+        check: bool = True) -> subprocess.CompletedProcess[str]:
     """Run `script` (a shell command line) on a lab host as root; output as text."""
     try:
-        p = subprocess.run([*ssh_argv(host.address, connect_timeout=10), "--", script],
-                           input=stdin, capture_output=True, timeout=timeout)
+        raw = subprocess.run([*ssh_argv(host.address, connect_timeout=10), "--", script],
+                             input=stdin, capture_output=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         raise LabError(f"host {host.name}: timed out after {timeout:g} s: {script[:200]}") from None
-    p.stdout, p.stderr = p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+    p = subprocess.CompletedProcess(raw.args, raw.returncode, raw.stdout.decode(errors="replace"),
+                                    raw.stderr.decode(errors="replace"))
     if check and p.returncode != 0:
         raise LabError(f"host {host.name}: exit {p.returncode} from {script[:200]!r}:\n"
                        f"{p.stdout.strip()[-1500:]}\n{p.stderr.strip()[-1500:]}".rstrip())

@@ -86,7 +86,7 @@ def pytest_runtest_protocol(item, nextitem):
     _MODULE_SECONDS[path] = _MODULE_SECONDS.get(path, 0.0) + time.monotonic() - start
 
 
-def pytest_terminal_summary(terminalreporter):
+def pytest_terminal_summary(terminalreporter) -> None:
     if not _MODULE_SECONDS:
         return
     total = sum(_MODULE_SECONDS.values())

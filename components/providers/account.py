@@ -16,7 +16,6 @@ from pulumi.dynamic import Resource
 
 from ..scripts import script
 from ..kit import sh
-from ..transport.command import Piece
 from .base import HostPrimitive, Observed, PlanRefused, Props, Step
 
 _PROBE = script(__file__, "account_probe.sh")
@@ -68,7 +67,7 @@ class AccountProvider(HostPrimitive):
     def key(self, props: Props) -> str:
         return f"account:{props['name']}"
 
-    def probe_argv(self, props: Props) -> list[Piece]:
+    def probe_argv(self, props: Props) -> list[str]:
         return sh(_PROBE, props["name"], str(props["uid"]), str(props["gid"]))
 
     def parse(self, props: Props, stdout: str) -> Observed:
@@ -107,7 +106,7 @@ class AccountProvider(HostPrimitive):
                 "account " + props["name"] + ": " + "; ".join(bad)
                 + ". gpu-fleet never renumbers accounts: fix the host or the stack's ids."
             )
-        name = props["name"]
+        name: str = props["name"]
         steps: list[Step] = []
         if obs.get("group") is None:
             steps.append(Step(["groupadd", "--system", "-g", str(props["gid"]), name], f"group {name}"))

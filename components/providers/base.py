@@ -210,7 +210,7 @@ def _label(provider: ResourceProvider, args: tuple) -> str:
     key = getattr(provider, "key", None)
     try:
         what = key(props) if key else ""
-    except Exception:  # noqa: BLE001 - a label only; props a preview has not resolved yet
+    except Exception:  # a label only; props a preview has not resolved yet
         what = ""
     return f"{kind_of(provider)} {what}".strip()
 
@@ -309,7 +309,7 @@ class HostPrimitive(HostProvider):
     the new plan is empty; refresh probes; delete plans the way back."""
 
     # ---- hooks -----------------------------------------------------------------
-    def probe_argv(self, props: Props) -> list[Piece]:
+    def probe_argv(self, props: Props) -> Sequence[Piece]:
         raise NotImplementedError
 
     def parse(self, props: Props, stdout: str) -> Observed:

@@ -62,7 +62,8 @@ class BundleProvider(HostPrimitive):
         return ["sh", "-c", "; ".join(["r=", *lines, 'exit "${r:-0}"'])]
 
     def parse(self, props: Props, stdout: str) -> Observed:
-        chunks, cur = [], []
+        chunks: list[str] = []
+        cur: list[str] = []
         for line in stdout.splitlines(keepends=True):
             if line.rstrip("\n") == _END:
                 chunks.append("".join(cur))

@@ -26,7 +26,6 @@ from pulumi.dynamic import Resource
 
 from ..scripts import script
 from ..kit import sh
-from ..transport.command import Piece
 from .base import HostPrimitive, Observed, PlanRefused, Props, Step
 from .stored import store_text
 
@@ -66,7 +65,8 @@ def stored_source(content: pulumi.Input[str]) -> dict:
     if isinstance(content, str):
         source, sha = store_text(content)
         return {"source": source, "source_sha256": sha}
-    stored = pulumi.Output.from_input(content).apply(store_text)
+    # pulumi's from_input overloads match no part of the narrowed Awaitable[str] | Output[str]
+    stored = pulumi.Output.from_input(content).apply(store_text)  # type: ignore[arg-type]
     return {"source": stored[0], "source_sha256": stored[1]}
 
 
@@ -120,7 +120,7 @@ class FileProvider(HostPrimitive):
     def key(self, props: Props) -> str:
         return props["path"]
 
-    def probe_argv(self, props: Props) -> list[Piece]:
+    def probe_argv(self, props: Props) -> list[str]:
         return sh(_PROBE, props["path"], backup_path(props["path"]))
 
     def parse(self, props: Props, stdout: str) -> Observed:

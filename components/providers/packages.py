@@ -25,7 +25,6 @@ from ..facts import shell
 from ..facts.dpkg import parse_dpkg_status
 from ..scripts import script
 from ..kit import sh
-from ..transport.command import Piece
 from .base import HostPrimitive, Observed, PlanRefused, Props, Step, _entry, target_of
 
 APT_ENV = ["env", "DEBIAN_FRONTEND=noninteractive", "NEEDRESTART_MODE=a"]
@@ -39,7 +38,9 @@ _NO_START = script(__file__, "packages_no_start.sh")
 #: the line packages_no_start.sh marks its policy-rc.d with (it removes the file when the
 #: install ends; a host that lost power meanwhile keeps it: refresh reports it, up removes it)
 POLICY_RC = "/usr/sbin/policy-rc.d"
-POLICY_MARK = re.search(r'^mark="(.+)"$', _NO_START, re.M).group(1)
+_MARK = re.search(r'^mark="(.+)"$', _NO_START, re.M)
+assert _MARK is not None, "packages_no_start.sh sets mark=\"...\""
+POLICY_MARK = _MARK.group(1)
 
 
 def parse_package_probe(stdout: str) -> Observed:
@@ -94,7 +95,7 @@ class PackageSetProvider(HostPrimitive):
     def key(self, props: Props) -> str:
         return "packages:" + ",".join(sorted(props["packages"]))
 
-    def probe_argv(self, props: Props) -> list[Piece]:
+    def probe_argv(self, props: Props) -> list[str]:
         return sh(_PROBE)
 
     def parse(self, props: Props, stdout: str) -> Observed:
@@ -253,7 +254,7 @@ class PackageSet(Resource, module="host", name="PackageSet"):
                  upgrade_from: Optional[list[str]] = None, provider: Optional[PackageSetProvider] = None,
                  opts: Optional[pulumi.ResourceOptions] = None):
         # recorded only when off: the default leaves a stack's state as it was
-        how = {} if start_services else {"start_services": False}
+        how: dict[str, object] = {} if start_services else {"start_services": False}
         if upgrade_from:
             how["upgrade_from"] = upgrade_from
         super().__init__(

@@ -40,8 +40,8 @@ def install(main: Optional[ModuleType] = None) -> bool:
     Returns whether it did; a no-op anywhere else or with GPU_FLEET_TRACEBACK=1."""
     main = main if main is not None else sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
-    if spec is None or spec.name != PROVIDER_MAIN or os.environ.get("GPU_FLEET_TRACEBACK") == "1":
+    if main is None or spec is None or spec.name != PROVIDER_MAIN or os.environ.get("GPU_FLEET_TRACEBACK") == "1":
         return False
     if not isinstance(getattr(main, "traceback", None), _Traceback):
-        main.traceback = _Traceback()
+        main.traceback = _Traceback()  # type: ignore[attr-defined]  # the SDK's __main__ gets one more name
     return True

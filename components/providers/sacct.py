@@ -22,7 +22,6 @@ import pulumi
 from pulumi.dynamic import Resource
 
 from ..facts.sacctmgr import parse_parsable2, show_argv
-from ..transport.command import Piece
 from .base import HostPrimitive, Observed, PlanRefused, Props, Step
 
 #: the fields each kind manages, by sacctmgr's names (format= and set take the same)
@@ -79,7 +78,7 @@ def _columns(props: Props) -> list[str]:
     return [*_KEYS[kind], *fields]
 
 
-def probe_argv(props: Props) -> list[Piece]:
+def probe_argv(props: Props) -> list[str]:
     kind = props["kind"]
     cols = _columns(props)
     if kind == "qos":
@@ -168,7 +167,7 @@ class SacctObjectProvider(HostPrimitive):
         what = f"{props['name']}@{props['account']}" if props["kind"] == "user" else props["name"]
         return f"sacct:{props['kind']}:{what}"
 
-    def probe_argv(self, props: Props) -> list[Piece]:
+    def probe_argv(self, props: Props) -> list[str]:
         return probe_argv(props)
 
     def parse(self, props: Props, stdout: str) -> Observed:

@@ -19,7 +19,6 @@ from ..errors import FleetError
 from ..facts.systemd import parse_show
 from ..scripts import script
 from ..kit import sh
-from ..transport.command import Piece
 from .base import HostPrimitive, NotConverged, Observed, Props, Step, _entry, run_steps
 from .file import sha256_text, sha256sum_line, write_step
 
@@ -83,7 +82,7 @@ class SystemdUnitProvider(HostPrimitive):
     def key(self, props: Props) -> str:
         return props["name"]
 
-    def probe_argv(self, props: Props) -> list[Piece]:
+    def probe_argv(self, props: Props) -> list[str]:
         extra = " ".join(f"-p {p}" for p in sorted(props.get("properties") or {}))
         script = _PROBE.replace("$PROPS", extra)
         return sh(script, props["name"], *unit_paths(props))
@@ -188,6 +187,7 @@ class SystemdUnitProvider(HostPrimitive):
         conn = self._conn(props)
         read = run_steps(conn, [Step(["systemctl", "restart", props["name"]], "restart for its triggers")],
                          then=self.probe_argv(props))
+        assert read is not None  # run_steps returns `then`'s result
         return {**outs, **self.state(props, self.parse(props, read.stdout))}
 
     @_entry
@@ -235,7 +235,8 @@ class SystemdUnit(Resource, module="host", name="SystemdUnit"):
     active: pulumi.Output[bool]
 
     def __init__(self, name: str, *, conn: dict, unit: str, content: Optional[str] = None,
-                 dropins: Optional[dict[str, str]] = None, enabled: bool = True, active: bool = True,
+                 dropins: Optional[dict[str, str]] = None, enabled: pulumi.Input[bool] = True,
+                 active: pulumi.Input[bool] = True,
                  properties: Optional[dict[str, str]] = None,
                  triggers: Optional[pulumi.Input[dict]] = None,
                  opts: Optional[pulumi.ResourceOptions] = None):

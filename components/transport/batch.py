@@ -73,7 +73,8 @@ class _Runs(Protocol):
 
     t: SshTarget
 
-    def run(self, argv: Sequence[Piece], **kwargs) -> Result: ...
+    def run(self, argv: Sequence[Piece], *, mutating: bool, sudo: bool = ..., check: bool = ...,
+            timeout: int = ..., _errors: str = ..., _for: Optional[list] = ...) -> Result: ...
 
 
 class Batcher:
@@ -89,7 +90,7 @@ class Batcher:
         with self._lock:
             b = self._open
             lead = b is None or _full(len(b.members), b.size, m.line)
-            if lead:
+            if b is None or lead:
                 b = self._open = _Batch()
             b.members.append(m)
             b.size += len(m.line) + 3
@@ -138,7 +139,7 @@ class Batcher:
             try:
                 m.result = c.run(m.argv, mutating=False, sudo=False, check=False, timeout=m.timeout,
                                  _for=[m.sent_for] if m.sent_for else [])
-            except BaseException as e:  # noqa: BLE001 - handed to the caller, raised there
+            except BaseException as e:  # handed to the caller, raised there
                 m.error = e
             return
         argv = ["sh", "-c", _SCRIPT, "gf-batch", *(m.line for m in members)]
@@ -158,9 +159,9 @@ class Batcher:
             for m in members:
                 m.error = err
             return
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             for m in members:
                 m.error = e
             return
-        for m, (rc, out, err) in zip(members, frames):
-            m.result = Result(rc, out.decode(errors="replace"), err.decode(errors="replace"))
+        for m, (rc, out, stderr) in zip(members, frames):
+            m.result = Result(rc, out.decode(errors="replace"), stderr.decode(errors="replace"))

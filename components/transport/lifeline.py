@@ -242,7 +242,7 @@ def _cancel(self, request, context):
     SDK __main__'s globals: `empty_pb2` is the SDK's import, `_gpu_fleet_cancel` ours."""
     try:
         _gpu_fleet_cancel()  # noqa: F821 - a global of the SDK's __main__, set by install_cancel
-    except Exception:  # noqa: BLE001 - Cancel is advisory; never fail the engine's call
+    except Exception:  # Cancel is advisory; never fail the engine's call
         pass
     return empty_pb2.Empty()  # noqa: F821 - the SDK __main__'s import
 
@@ -263,7 +263,7 @@ def install_cancel(main: ModuleType) -> bool:
     servicer = getattr(main, "DynamicResourceProviderServicer", None)
     fn = getattr(servicer, "Cancel", None)
     code = getattr(fn, "__code__", None)
-    if code is None or code.co_freevars or code.co_argcount != 3 or not hasattr(main, "empty_pb2"):
+    if fn is None or code is None or code.co_freevars or code.co_argcount != 3 or not hasattr(main, "empty_pb2"):
         return False
     setattr(main, _HOOK, on_cancel)
     fn.__code__ = _cancel.__code__
@@ -276,7 +276,7 @@ def install(main: Optional[ModuleType] = None) -> bool:
     whether it ran."""
     main = main if main is not None else sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
-    if spec is None or spec.name != PROVIDER_MAIN:
+    if main is None or spec is None or spec.name != PROVIDER_MAIN:
         return False
     install_cancel(main)
     watch()

@@ -38,11 +38,14 @@ MAX_BYTES = 64 * 1024
 
 
 class Planned(Protocol):
-    """What a sequence runs (providers.base.Step is one)."""
+    """What a sequence runs (providers.base.Step is one); read-only, as a frozen dataclass's fields are."""
 
-    argv: Sequence[Piece]
-    stdin: Optional[bytes]
-    stdin_secret: bool
+    @property
+    def argv(self) -> Sequence[Piece]: ...
+    @property
+    def stdin(self) -> Optional[bytes]: ...
+    @property
+    def stdin_secret(self) -> bool: ...
 
 
 def _alone(step: Planned) -> bool:

@@ -42,7 +42,7 @@ from . import lifeline
 from .batch import Batcher, batchable
 from .refresh import HostReading
 from .command import Piece, display, mask, secrets_of, shell_join
-from .target import (  # noqa: F401 - HostError .. RunStopped, Result and SshTarget are this transport's API
+from .target import (  # HostError .. RunStopped, Result and SshTarget are this transport's API
     AuthFailed, HostError, HostKeyMismatch, HostRemembered, HostUnreachable, Result, RunStopped, SshTarget,
     SudoPasswordRequired, acting_for, acting_label,
 )
@@ -362,19 +362,21 @@ class Connection:
                 lifeline.done(p)
             raise RunStopped(self.t.name, sides[0][2], str(e)) from None
         src, dstp = procs
+        src_out, src_in, dst_in = src.stdout, src.stdin, dstp.stdin
+        assert src_out is not None and src_in is not None and dst_in is not None  # spawn() pipes all three
         errs: dict[int, bytes] = {}
         moved = [0]
 
         def pump() -> None:
             try:
-                while chunk := src.stdout.read(1 << 20):
+                while chunk := src_out.read(1 << 20):
                     moved[0] += len(chunk)
-                    dstp.stdin.write(chunk)
+                    dst_in.write(chunk)
             except (BrokenPipeError, ValueError):
                 pass
             finally:
                 with contextlib.suppress(BrokenPipeError, ValueError, OSError):
-                    dstp.stdin.close()
+                    dst_in.close()
 
         def drain(i: int, f) -> None:
             errs[i] = f.read()
@@ -383,7 +385,7 @@ class Connection:
                    threading.Thread(target=drain, args=(0, src.stderr), daemon=True),
                    threading.Thread(target=drain, args=(1, dstp.stdout), daemon=True),
                    threading.Thread(target=drain, args=(2, dstp.stderr), daemon=True)]
-        src.stdin.close()
+        src_in.close()
         for th in threads:
             th.start()
         deadline = start + timeout
@@ -410,7 +412,8 @@ class Connection:
             if why is not None and p.returncode != 0:
                 raise RunStopped(c.t.name, cmd, why, took, r.stdout + r.stderr)
         if time.monotonic() > deadline:
-            raise HostError(self.t.name, sides[0][2], None, "", f"streaming to {dst.t.name} timed out after {timeout} s")
+            raise HostError(self.t.name, sides[0][2], None, "",
+                            f"streaming to {dst.t.name} timed out after {timeout} s")
         for (c, _, cmd), p, r in zip(sides, procs, results):
             if p.returncode != 0:
                 raise _classify(c.t, cmd + (f" (streaming to {dst.t.name})" if p is src else
@@ -455,7 +458,7 @@ def fan_out(targets: Iterable[SshTarget], fn: Callable[[Connection], T],
         try:
             with acting_for(label) if label else contextlib.nullcontext():
                 results[t.name] = fn(connection(t))
-        except Exception as e:  # noqa: BLE001 - reported per host below
+        except Exception as e:  # reported per host below
             failures[t.name] = e
 
     with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(targets) or 1))) as ex:

@@ -31,6 +31,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from .. import stackfile
 from ..common import STATE, LabError, cache_dir, flock, log, rel, require_root
@@ -52,8 +53,8 @@ def running_lab() -> tuple[Host, Path | None]:
     inv = stackfile.read_inventory()
     if inv is None or inv.get("state") != "up":
         raise LabError("the lab is not up (python -m lab up)")
-    repo_dir = cache_dir() / f"repo-{inv.get('repo')}"
-    repo_dir = repo_dir if (repo_dir / "Packages").exists() else None
+    repo = cache_dir() / f"repo-{inv.get('repo')}"
+    repo_dir = repo if (repo / "Packages").exists() else None
     for h in inv["hosts"]:
         if "storage" in h["roles"]:
             return Host(h["name"], h["address"], tuple(h["roles"])), repo_dir
@@ -103,7 +104,7 @@ def served(h: Host, images: dict) -> dict[str, str]:
 
 
 def record(info: dict, digests: dict[str, str]) -> dict:
-    doc = {"registry": REGISTRY}
+    doc: dict[str, Any] = {"registry": REGISTRY}
     for comp, img in info["images"].items():
         doc[comp] = f"{REGISTRY}/{img['repository']}@{digests[comp]}"
     doc["tags"] = {comp: img["tag"] for comp, img in info["images"].items()}

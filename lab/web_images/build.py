@@ -25,6 +25,7 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from .. import repo as lab_repo
 from ..common import LabError, cache_dir, flock, log, remove_tree, run, sha16
@@ -49,7 +50,7 @@ PRUNE = ["usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale",
          "usr/lib/python3.11/turtledemo", "usr/lib/python3.11/pydoc_data",
          "usr/lib/python3.11/lib2to3", "usr/lib/python3.11/distutils"]
 
-IMAGES = {
+IMAGES: dict[str, dict[str, Any]] = {
     "agent": {
         "repository": "gpu-fleet/slurm-web-agent",
         "roots": ["python3-minimal", "libpython3.11-stdlib"],

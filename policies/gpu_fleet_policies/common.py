@@ -72,7 +72,7 @@ def _stored(src: str, sha: str) -> Optional[str]:
         except OSError:
             data = None
         ok = data is not None and hashlib.sha256(data).hexdigest() == sha
-        _STORED[(src, sha)] = data.decode(errors="replace") if ok else None
+        _STORED[(src, sha)] = data.decode(errors="replace") if data is not None and ok else None
     return _STORED[(src, sha)]
 
 
@@ -98,7 +98,8 @@ class _As:
 def _members(r: Any) -> list[Any]:
     """A bundle's members as resources of the member type (name: bundle name and member path
     or user), or the resource itself; none while a preview has not computed them."""
-    mtype = BUNDLES.get(getattr(r, "resource_type", None))
+    rtype = getattr(r, "resource_type", None)
+    mtype = BUNDLES.get(rtype) if rtype is not None else None
     if mtype is None:
         return [r]
     props = P.snapshot(getattr(r, "props", None))

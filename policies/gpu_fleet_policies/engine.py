@@ -80,8 +80,9 @@ def patch_points() -> list[str]:
 def _level_name(level: int) -> Optional[str]:
     from pulumi.runtime import proto
 
-    return {proto.ADVISORY: "advisory", proto.MANDATORY: "mandatory",
-            proto.REMEDIATE: "remediate", proto.DISABLED: "disabled"}.get(level)
+    names: dict[int, str] = {proto.ADVISORY: "advisory", proto.MANDATORY: "mandatory",
+                             proto.REMEDIATE: "remediate", proto.DISABLED: "disabled"}
+    return names.get(level)
 
 
 def install(declared: dict[str, str]) -> None:
@@ -129,8 +130,9 @@ def install(declared: dict[str, str]) -> None:
         effective = relax.effective_level(policy.name, level.value)
         return EnforcementLevel(effective)
 
-    servicer.Configure = Configure
-    servicer.ConfigureStack = ConfigureStack
-    servicer._get_enforcement_level = _get_enforcement_level
+    # the patch itself: the servicer's methods replaced on its class
+    servicer.Configure = Configure  # type: ignore[method-assign]
+    servicer.ConfigureStack = ConfigureStack  # type: ignore[method-assign]
+    servicer._get_enforcement_level = _get_enforcement_level  # type: ignore[method-assign]
     _installed = True
 

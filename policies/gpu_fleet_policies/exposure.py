@@ -130,8 +130,8 @@ def validate_slurmdbd_firewall(args, report_violation) -> None:
         if re.search(r"\baccept\b", r) and not re.search(r"\bsaddr\b", r):
             report_violation(f"{who} accepts slurmdbd's port {DBD_PORT} from every source ({r!r}); "
                              "match the allowed sources with `ip saddr { ... }`.", None)
-        elif re.search(r"\baccept\b", r) and _ANY_SOURCE.search(r):
-            report_violation(f"{who} admits {_ANY_SOURCE.search(r).group(1)} to slurmdbd's port "
+        elif re.search(r"\baccept\b", r) and (anywhere := _ANY_SOURCE.search(r)):
+            report_violation(f"{who} admits {anywhere.group(1)} to slurmdbd's port "
                              f"{DBD_PORT} ({r!r}); list the compute network, not the whole address "
                              "space.", None)
     closing = [r for r in rules if re.search(r"\b(reject|drop)\b", r) and not re.search(r"\bsaddr\b", r)]
@@ -247,12 +247,12 @@ def _slurmrestd_argv(cmd: str) -> Optional[list[str]]:
 
 def _unit_texts(res: Res) -> Optional[list[str]]:
     """Unit content then drop-ins in name order; None if any of them is unknown."""
-    texts = []
+    texts: list[str] = []
     content = res.get("content")
     if P.is_unknown(content):
         return None
-    if P.text(content):
-        texts.append(P.text(content))
+    if text := P.text(content):
+        texts.append(text)
     dropins = res.get("dropins")
     if P.is_unknown(dropins):
         return None
@@ -279,7 +279,7 @@ def validate_slurmrestd_unix_socket(args, report_violation) -> None:
     texts = _unit_texts(res)
     if texts is None:
         return
-    lines = [l for t in texts for l in _unit_lines(t)]
+    lines = [line for t in texts for line in _unit_lines(t)]
     who = res.describe("SystemdUnit", name)
     fix = ("listen on a Unix socket only, for example "
            "ExecStart=/usr/sbin/slurmrestd unix:/run/slurmrestd/slurmrestd.socket")

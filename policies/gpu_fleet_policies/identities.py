@@ -27,7 +27,7 @@ def validate_service_ids(args, report_violation) -> None:
             by_user[user].append(res)
 
     for user in SERVICE_ACCOUNTS:
-        seen = {"uid": defaultdict(list), "gid": defaultdict(list)}
+        seen: dict[str, defaultdict[int, list]] = {"uid": defaultdict(list), "gid": defaultdict(list)}
         for res in by_user.get(user, []):
             host = P.host_of(res.props) or "an unnamed host"
             for key in ("uid", "gid"):

@@ -33,7 +33,7 @@ from .common import Res, resource
 class Graph:
     """The stack's resources by URN, with each one's direct dependencies (URNs)."""
 
-    def __init__(self, args):
+    def __init__(self, args) -> None:
         self.res: dict[str, Res] = {}
         self.deps: dict[str, list[str]] = {}
         for r in getattr(args, "resources", None) or []:

@@ -24,7 +24,7 @@ def _conf_file(args, name: str) -> Optional[tuple[Res, str, SlurmConf]]:
     if res is None:
         return None
     path = P.path_of(res.props)
-    if basename(path) != name:
+    if path is None or basename(path) != name:
         return None
     content = file_content(res)
     if content is None:  # missing or unknown during preview: checked again with real values
@@ -38,8 +38,7 @@ def validate_cgroup_confinement(args, report_violation) -> None:
     if found is None:
         return
     res, path, conf = found
-    wrong = [_want_yes(conf, key) for key in ("ConstrainCores", "ConstrainRAMSpace", "ConstrainDevices")]
-    wrong = [w for w in wrong if w]
+    wrong = [w for key in ("ConstrainCores", "ConstrainRAMSpace", "ConstrainDevices") if (w := _want_yes(conf, key))]
     if wrong:
         report_violation(
             f"{res.describe('File', path)} does not confine jobs: set " + "; ".join(wrong)

@@ -247,8 +247,8 @@ def _list(value: Optional[str]) -> list[str]:
 def _setting(key: str, *blocks: Block, default: str) -> str:
     """The first of `blocks` that sets `key`, else ganesha's default."""
     for b in blocks:
-        if b.get(key) is not None:
-            return b.get(key)
+        if (value := b.get(key)) is not None:
+            return value
     return default
 
 
@@ -441,7 +441,7 @@ def validate_models_mount_readonly(args, report_violation) -> None:
     texts = _unit_texts(res)
     if texts is None:
         return
-    lines = [l for t in texts for l in _unit_lines(t)]
+    lines = [line for t in texts for line in _unit_lines(t)]
     where = posixpath.normpath(_last(lines, "Where") or path_of_mount_unit(name))
     what, fstype = _last(lines, "What") or "", (_last(lines, "Type") or "").lower()
     options = [o.strip() for o in (_last(lines, "Options") or "").split(",") if o.strip()]

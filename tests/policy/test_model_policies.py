@@ -37,7 +37,8 @@ def snapshot(revision=REV, **extra):
     return resource_args(model.SNAPSHOT, props, "model-snapshot")
 
 
-def token(content=Secret("hf_abc"), mode="0600", secret=True, path=render.TOKEN, **extra):
+def token(content=None, mode="0600", secret=True, path=render.TOKEN, **extra):
+    content = Secret("hf_abc") if content is None else content
     return file_args(path, content, "model-downloader-token", conn=STORAGE_CONN, mode=mode, secret=secret,
                      **extra)
 

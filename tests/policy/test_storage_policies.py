@@ -322,7 +322,7 @@ def test_models_mount_read_write():
         'SystemdUnit "mnt-models" (mnt-models.mount on gpu01) mounts the models store (192.0.2.10:/srv/ai/models) '
         "at /mnt/models with Options=rw,vers=4.2,hard,proto=tcp,nosuid,nodev,_netdev; put ro in Options= "
         "(and no rw after it): the model store is read-only on every node."]
-    no_opts = "\n".join(l for l in text.splitlines() if not l.startswith("Options="))
+    no_opts = "\n".join(line for line in text.splitlines() if not line.startswith("Options="))
     assert "no Options= (mounts default to rw)" in violations(
         storage.validate_models_mount_readonly, unit(name, no_opts))[0]
     later_rw = text.replace("_netdev", "_netdev,rw")
@@ -333,7 +333,7 @@ def test_models_mount_found_by_where_name_or_export():
     _, text = render.render_mount_unit(layer(), "models", "192.0.2.10")
     rw = text.replace("Options=ro,", "Options=rw,")
     # no Where=: the unit's name says where
-    no_where = "\n".join(l for l in rw.splitlines() if not l.startswith("Where="))
+    no_where = "\n".join(line for line in rw.splitlines() if not line.startswith("Where="))
     assert violations(storage.validate_models_mount_readonly, unit("mnt-models.mount", no_where))
     # the models export mounted somewhere else, by path or by ganesha's pseudo path
     elsewhere = rw.replace("Where=/mnt/models", "Where=/opt/models")

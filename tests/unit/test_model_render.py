@@ -119,7 +119,7 @@ def test_unit_contract(cfg):
     assert "Type=oneshot" in lines and f"TimeoutStartSec={m.timeout_s}" in lines
     assert f"RequiresMountsFor={cfg.storage.models.mountpoint}" in lines
     # never at boot: no [Install] section a `systemctl enable` could act on
-    assert "[Install]" not in lines and not any(l.startswith(("WantedBy=", "RequiredBy=", "Alias=")) for l in lines)
+    assert "[Install]" not in lines and not any(line.startswith(("WantedBy=", "RequiredBy=", "Alias=")) for line in lines)
     py = f"{render.VENV}/bin/python"
     download, manifest, check, publish = exec_starts(text)
     assert download == f"{py} {render.HOME}/download.py {render.CONFIG}"

@@ -85,7 +85,7 @@ def snap(tmp_path) -> Published:
 
 def test_parse_probe_of_a_published_snapshot(snap):
     out = snap.probe()
-    assert [l for l in out.splitlines() if l.startswith("== ")] == [
+    assert [line for line in out.splitlines() if line.startswith("== ")] == [
         "== published", "== manifest-sha256", "== manifest", "== check", "== status"]
     seen = S.parse_probe(out)
     assert seen["published"] is True

@@ -22,7 +22,7 @@ import types
 from pathlib import Path
 
 import pytest
-from safetensors import TensorSpec, deserialize, safe_open, serialize_file
+from safetensors import SafetensorError, TensorSpec, deserialize, safe_open, serialize_file
 
 from components.layers.model_snapshot.onhost import verify
 
@@ -326,7 +326,7 @@ def test_a_crafted_bad_header_is_refused_as_the_library_refuses_it(tmp_path, nam
     problems = verify.check_safetensors(str(p), "shard.safetensors")["problems"]
     assert problems and all(q.startswith("shard.safetensors: ") for q in problems)
     assert any(message in q for q in problems), problems
-    with pytest.raises(Exception):
+    with pytest.raises(SafetensorError):
         deserialize(p.read_bytes())
 
 
@@ -358,7 +358,7 @@ def test_a_truncated_file_is_refused(tmp_path):
         p.write_bytes(whole[:cut])
         r = verify.check_safetensors(str(p))
         assert [q for q in r["problems"] if message in q], (cut, r)
-        with pytest.raises(Exception):
+        with pytest.raises(SafetensorError):
             deserialize(p.read_bytes())
 
 

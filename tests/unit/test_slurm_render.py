@@ -47,8 +47,8 @@ def test_full_conf_contracts():
                  "AuthType=auth/munge", "CredType=cred/munge", "SchedulerType=sched/backfill",
                  "DisableRootJobs=YES", "AccountingStorageTRES=gres/gpu,gres/gpu:v100"]:
         assert line in conf.splitlines(), line
-    nodes = [l for l in conf.splitlines() if l.startswith("NodeName=")]
-    assert len(nodes) == 14 and all("Gres=gpu:v100:8" in l and "RealMemory=184000" in l for l in nodes)
+    nodes = [line for line in conf.splitlines() if line.startswith("NodeName=")]
+    assert len(nodes) == 14 and all("Gres=gpu:v100:8" in line and "RealMemory=184000" in line for line in nodes)
     assert "gpu15" not in conf  # unreachable: pending, never added
 
 
@@ -59,7 +59,7 @@ def test_k3s_nodes_outside_the_partition_are_never_added():
     del raw["gpu-fleet:k3s_retirement"]
     full = parse_fleet_config(raw, "full")
     conf = render_slurm_conf(full.slurm, full.hosts.controller, full.slurm_nodes(), acceptance=full.acceptance.enabled)
-    assert [l.split()[0] for l in conf.splitlines() if l.startswith("NodeName=")] == [
+    assert [line.split()[0] for line in conf.splitlines() if line.startswith("NodeName=")] == [
         "NodeName=gpu01", "NodeName=gpu02"]
 
 

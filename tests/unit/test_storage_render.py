@@ -56,7 +56,7 @@ def test_every_file_carries_the_header():
 
 
 def test_exports_contract():
-    lines = [l for l in render_exports(KERNEL).splitlines() if l and not l.startswith("#")]
+    lines = [line for line in render_exports(KERNEL).splitlines() if line and not line.startswith("#")]
     assert lines == [
         "/srv/ai/models 192.0.2.0/24(ro,root_squash,sync,no_subtree_check,mp,sec=sys)",
         "/srv/ai/data 192.0.2.0/24(rw,root_squash,sync,no_subtree_check,mp,sec=sys)",
@@ -166,7 +166,7 @@ def test_servers_start_after_the_datasets_and_check_them():
               f"ExecStartPre={MOUNTED_CHECK} ai/data /srv/ai/data"]
     for text in (render_nfs_server_dropin(KERNEL), render_ganesha_dropin(LAB)):
         lines = text.splitlines()
-        assert [l for l in lines if l.startswith("ExecStartPre=")] == checks
+        assert [line for line in lines if line.startswith("ExecStartPre=")] == checks
         assert lines.index("[Service]") < lines.index(checks[0])
-        assert not any(l.startswith("ExecReload") for l in lines)  # Debian's stays
+        assert not any(line.startswith("ExecReload") for line in lines)  # Debian's stays
     assert "After=zfs-fuse.service zfs-mount.service" in render_ganesha_dropin(LAB).splitlines()

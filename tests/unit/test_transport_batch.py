@@ -102,7 +102,7 @@ def test_a_batch_cut_off_fails_every_member_naming_the_host(monkeypatch):
     def go(p):
         try:
             b.run(list(p), 30)
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             errors.append(str(e))
 
     threads = [threading.Thread(target=go, args=(p,)) for p in PROBES[:3]]

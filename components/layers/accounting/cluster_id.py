@@ -44,7 +44,8 @@ _RESTORE = script(__file__, "cluster_id_restore.sh")
 def parse_probe(stdout: str) -> dict[str, Any]:
     """-> {"file": text or None, "sha": ..., "dbd": [ids], or None where the database keeps
     no ClusterIDs, "dbd_error": an error line}."""
-    section, out = None, {"file": None, "sha": None, "dbd": [], "dbd_error": None}
+    section = None
+    out: dict[str, Any] = {"file": None, "sha": None, "dbd": [], "dbd_error": None}
     for line in stdout.splitlines():
         if line.startswith("== "):
             section = line[3:]

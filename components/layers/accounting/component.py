@@ -172,7 +172,7 @@ class AccountingOutputs:
     access: fw.DbdReachability
     cluster_id: ClusterIdAdoption
 
-    def exports(self) -> dict[str, pulumi.Output]:
+    def exports(self) -> dict[str, pulumi.Input]:
         """The stack outputs of the layer."""
         h, d, c = self.history, self.access, self.cluster_id
         return {
@@ -201,9 +201,9 @@ class Accounting(pulumi.ComponentResource):
                              gid=a.restd_uid, opts=after(*depends_on))
         rules = fw.render_ruleset(fw.allowed_sources(a, site.hosts, site.nodes))
         firewall = self._dbd_firewall(a, conn, rules, after(restd_user, *depends_on))
-        pkgs = {"mariadb-server": a.mariadb_version, "slurmdbd": release, "slurmrestd": release,
-                "slurm-wlm-mysql-plugin": release}
-        pkgs = {k: v for k, v in pkgs.items() if v}
+        pinned = {"mariadb-server": a.mariadb_version, "slurmdbd": release, "slurmrestd": release,
+                  "slurm-wlm-mysql-plugin": release}
+        pkgs = {k: v for k, v in pinned.items() if v}
         packages = PackageSet("accounting-packages", conn=conn, packages=pkgs, hold=True,
                               provider=SlurmPackagesProvider(),
                               upgrade_from=own_packages(pkgs, release),
@@ -281,6 +281,7 @@ class Accounting(pulumi.ComponentResource):
         """nftables (when the stack pins it), the validated ruleset, its unit, and the proof
         that the live table is the one loaded (refresh notices a flushed table)."""
         after = after_of(self)
+        assert isinstance(opts.depends_on, list)  # after_of()'s options
         prev = [*opts.depends_on]
         if a.nftables_version:
             prev = [PackageSet("dbd-firewall-packages", conn=conn,

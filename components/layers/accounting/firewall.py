@@ -47,10 +47,9 @@ def allowed_sources(a: AccountingLayer, hosts: Hosts, nodes: Sequence[NodeSpec])
             nets.append(ipaddress.ip_network(h.address))
         except ValueError:
             pass  # a DNS name: config validation demands dbd_clients then
-    out = []
-    for version in (4, 6):
-        out += [str(n) for n in ipaddress.collapse_addresses(n for n in nets if n.version == version)]
-    return out
+    v4 = [n for n in nets if isinstance(n, ipaddress.IPv4Network)]
+    v6 = [n for n in nets if isinstance(n, ipaddress.IPv6Network)]
+    return [str(n) for n in ipaddress.collapse_addresses(v4)] + [str(n) for n in ipaddress.collapse_addresses(v6)]
 
 
 def outsiders(a: AccountingLayer, hosts: Hosts, nodes: Sequence[NodeSpec]) -> list[HostSpec]:

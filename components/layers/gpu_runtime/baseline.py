@@ -214,7 +214,7 @@ def _quote(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def _indices(idx: list[int]) -> str:
+def _indices(idx: list[Optional[int]]) -> str:
     return ("GPU " if len(idx) == 1 else "GPUs ") + ", ".join(str(i) for i in idx)
 
 
@@ -334,8 +334,8 @@ def judge_node(exp: GpuExpectation, doc: ProbeDoc) -> NodeVerdict:
         if len(gpus) != count:
             add(f"node {name}: NVML counts {count} GPUs but the probe listed {len(gpus)}")
 
-    wrong_model: dict[str, list[int]] = defaultdict(list)
-    seen_uuid: dict[str, int] = {}
+    wrong_model: dict[str, list[Optional[int]]] = defaultdict(list)  # a GPU's index as probed
+    seen_uuid: dict[str, Optional[int]] = {}
     for g in gpus:
         i = g.get("index")
         model, uuid = g.get("name"), g.get("uuid")
@@ -423,10 +423,10 @@ def judge_node(exp: GpuExpectation, doc: ProbeDoc) -> NodeVerdict:
         reasons += _judge_cuda_runtime(name, exp, cr, count)
     sm70 = cr.get("sm70") if isinstance(cr.get("sm70"), bool) else None
 
-    ccs = [g.get("compute_capability") for g in gpus]
-    cc_text = tuple(f"{c[0]}.{c[1]}" for c in ccs if isinstance(c, list) and len(c) == 2)
+    ccs = [c for c in (g.get("compute_capability") for g in gpus) if isinstance(c, list) and len(c) == 2]
+    cc_text = tuple(f"{c[0]}.{c[1]}" for c in ccs)
     bf16 = None
-    if gpus and len(cc_text) == len(gpus):
+    if gpus and len(ccs) == len(gpus):
         bf16 = all(c[0] >= 8 for c in ccs)
 
     return NodeVerdict(
@@ -455,8 +455,8 @@ def judge_fleet(expected: Mapping[str, GpuExpectation], probes: Mapping[str, Pro
     problems: list[str] = []
 
     # UUIDs unique across the fleet
-    owners: dict[str, list[tuple[str, int]]] = defaultdict(list)
-    for n, v in verdicts.items():
+    owners: dict[str, list[tuple[str, Optional[int]]]] = defaultdict(list)
+    for n in verdicts:
         data, _ = _load(probes.get(n))
         for g in (data or {}).get("gpus") or []:
             if isinstance(g, Mapping) and g.get("uuid"):

@@ -100,7 +100,7 @@ class PinnedPynvml:
     source: str
     sha256: str
     #: the file in the project's virtualenv (what the nodes' Payload ships)
-    path: Optional[Path] = None
+    path: Path
 
 
 def _record_sha256(dist: metadata.Distribution, name: str) -> Optional[str]:
@@ -213,6 +213,7 @@ def fleet_verdict(props: Props, runs: Mapping[str, ProbeRun]) -> FleetVerdict:
     nodes = dict(fv.nodes)
     for n, r in runs.items():
         if r.document is None and n in nodes:
+            assert r.failure is not None  # probe_node: a run without a document says why
             nodes[n] = dataclasses.replace(nodes[n], status="failed", reasons=(r.failure,))
     return dataclasses.replace(fv, nodes=nodes)
 
@@ -228,7 +229,7 @@ def not_known_yet(props: Props, runs: Mapping[str, ProbeRun], fv: FleetVerdict) 
     has put pynvml back (diff sees `unknown` and updates, after the pynvml files)."""
     nodes = dict(fv.nodes)
     for n, v in fv.nodes.items():
-        doc = runs.get(n).document if runs.get(n) else None
+        doc = r.document if (r := runs.get(n)) else None
         try:
             importable = (json.loads(doc).get("pynvml") or {}).get("importable") if doc else None
         except ValueError:
@@ -409,8 +410,8 @@ class GpuRuntime(pulumi.ComponentResource):
 
         self.baseline = GpuBaseline(
             f"{name}-baseline",
-            nodes=[{"name": n.name, "conn": conn, "gpu_count": n.gpus.count,
-                    "gpu_model": n.gpus.model} for n, conn in reachable],
+            nodes=[{"name": n.name, "conn": conn, "gpu_count": g.count, "gpu_model": g.model}
+                   for n, conn in reachable if (g := n.gpus) is not None],  # all of them: GPU nodes
             pending=self.pending, driver_version=layer.driver_version,
             cuda_runtime=layer.cuda_runtime, pynvml_dir=pynvml_dir,
             pynvml_version=pinned.version, pynvml_sha256=pinned.sha256,

@@ -21,6 +21,7 @@ order: the server first, then the agents; the bundle and everything K3s had stay
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Optional
 
@@ -46,7 +47,7 @@ class K3sRetirementInputs:
 @dataclass(frozen=True)
 class K3sRetirementOutputs:
     #: node -> its stop: the Slurm layer's resources on that node wait on it
-    handed_over: dict[str, pulumi.Resource]
+    handed_over: Mapping[str, pulumi.Resource]
     gate: Gate
     audit: pulumi.Output[dict]
     preserves: dict[str, K3sPreserve]
@@ -75,12 +76,14 @@ class K3sRetirement(pulumi.ComponentResource):
         conn = {n.name: site.conn(n) for n in site.nodes}
         storage = site.conn(site.hosts.storage)
         retired = [n for n in site.nodes if n.name in k.retire]
-        server = k.server
+        # config's check: both required when the layer is enabled (and it is built only then)
+        assert k.server is not None and k.change_id is not None
+        server, change_id = k.server, k.change_id
         agents = [n.name for n in retired if n.name != server]
         units = [k.server_unit, k.agent_unit]
 
         audit = K3sAudit(
-            "k3s-audit", conn=conn[server], change_id=k.change_id, gpu_prefix=gpu_prefix,
+            "k3s-audit", conn=conn[server], change_id=change_id, gpu_prefix=gpu_prefix,
             units=units, max_parallel=site.ssh.max_parallel,
             nodes=[{"conn": conn[n.name], "spec": {"cpus": n.cpus, "real_memory_mib": n.real_memory_mib,
                                                     "gpus": n.gpus.count if n.gpus else 0}} for n in retired],
@@ -99,7 +102,7 @@ class K3sRetirement(pulumi.ComponentResource):
         first = preserve(server, "server")
         paths = first.host_paths.apply(lambda hp: sorted(set(hp or []) | set(k.host_paths)))
         preserves = {server: first, **{a: preserve(a, "agent", first, host_paths=paths) for a in agents}}
-        seal = K3sSeal("k3s-seal", conn=storage, bundle_dir=k.bundle_dir, change_id=k.change_id,
+        seal = K3sSeal("k3s-seal", conn=storage, bundle_dir=k.bundle_dir, change_id=change_id,
                        nodes=pulumi.Output.all(*[p.items for p in preserves.values()]).apply(
                            lambda its: dict(zip(preserves, its))),
                        opts=after(*preserves.values()))
@@ -114,7 +117,7 @@ class K3sRetirement(pulumi.ComponentResource):
             return K3sStop(f"{name}-k3s-stop", props=props, opts=after(seal, *deps))
 
         stops: dict[str, K3sStop] = {}
-        previous: list[pulumi.Resource] = []
+        previous: Sequence[pulumi.Resource] = []
         for batch in batches(agents, k.batch_size):
             now = [stop(a, "agent", *previous) for a in batch]
             stops.update(zip(batch, now))

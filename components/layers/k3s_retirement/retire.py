@@ -285,7 +285,7 @@ class K3sSealProvider(RolloutCheck):
         sealed = {}
         for n, items in sorted(props["nodes"].items()):
             lines = storage.run(bash(_ITEMS, lay.node(n)), mutating=False, timeout=3600).stdout.splitlines()
-            disk = {}
+            disk: dict[str, dict[str, Any]] = {}
             for ln in lines:
                 sha, size, rel = ln.split(" ", 2)
                 disk[rel] = {"sha256": sha, "size": int(size)}

@@ -119,6 +119,8 @@ class ModelSnapshot(pulumi.ComponentResource):
         unit_text = render_unit(m, models)
         unit = SystemdUnit("model-downloader-unit", conn=conn, unit=UNIT, content=unit_text, enabled=False,
                            active=False, opts=after(*files))
+        # the layer's check: both required when it is enabled (and it is built only then)
+        assert m.repo_id is not None and m.revision is not None
         snapshot = Snapshot(
             "model-snapshot", conn=conn, repo_id=m.repo_id, revision=m.revision, unit=UNIT,
             python=f"{VENV}/bin/python", verify=f"{HOME}/verify.py", stage=places.stage, state=places.state,

@@ -147,7 +147,8 @@ class Snapshot(Resource, module="model", name="Snapshot"):
                          {"conn": conn, "repo_id": repo_id, "revision": revision, "unit": unit,
                           "python": python, "verify": verify, "stage": stage, "state": state, "dest": dest,
                           "manifest": manifest, "marker": marker, "timeout_s": timeout_s,
-                          "triggers": triggers, "ok": None, "manifest_sha256": None, "files": None, "checks": None, "download": None}, opts)
+                          "triggers": triggers, "ok": None, "manifest_sha256": None, "files": None, "checks": None,
+                          "download": None}, opts)
 
 
 def judge_view(stdout: str, files: dict[str, int]) -> list[str]:
@@ -207,7 +208,7 @@ class SnapshotView(Resource, module="model", name="SnapshotView"):
     seen_by: pulumi.Output[list]
 
     def __init__(self, name: str, *, conn: dict, nodes: list[dict], on: pulumi.Input[list], path: str,
-                 marker: str, files: pulumi.Input[dict], max_parallel: int, triggers: pulumi.Input[dict],
+                 marker: str, files: pulumi.Input[dict], max_parallel: int, triggers: dict,
                  opts: Optional[pulumi.ResourceOptions] = None):
         """`conn`: the storage host's (names the check); `nodes`: every node's conn; `on`: the
         nodes that mount the store (the storage layer's passed nodes)."""

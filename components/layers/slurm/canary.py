@@ -31,6 +31,7 @@ from typing import Any, Mapping, Optional, Sequence
 import pulumi
 from pulumi.dynamic import Resource
 
+from ...config.hosts import GpuSpec
 from ...errors import FleetError
 from ...facts.scontrol import parse_show_oneliner
 from ...kit import sh
@@ -242,10 +243,16 @@ class JobSpec:
         """The job on `node`, with every node of `on` registered and idle first."""
         site = self.site
         by_name = {n.name: n for n in site.nodes}
+
+        def gpus(c: str) -> GpuSpec:
+            g = by_name[c].gpus
+            assert g is not None, f"{c}: a canary job runs on a GPU node"  # as its callers pick it
+            return g
+
         return CanaryJob(
             name, conn=site.conn(site.hosts.controller), node=node,
-            gpus=node.apply(lambda c: by_name[c].gpus.count if c else 0),
-            gpu_type=node.apply(lambda c: by_name[c].gpus.type if c else ""),
+            gpus=node.apply(lambda c: gpus(c).count if c else 0),
+            gpu_type=node.apply(lambda c: gpus(c).type if c else ""),
             user=self.canary_user, nodes=on,
             partitions=list(self.partitions), partition=ACCEPTANCE_PARTITION,
             node_conns=on.apply(lambda ns: [site.conn(by_name[n]) for n in ns]),

@@ -109,7 +109,8 @@ class SlurmCluster(pulumi.ComponentResource):
             s, ctl, nodes, acceptance=inputs.acceptance, accounting_host=acct_host, nodes=ns))
         self.cgroup_conf = render_cgroup_conf(s)
         self.gres_conf = admitted_specs.apply(lambda ns: render_gres_conf(s, ns))
-        confs = {"slurm.conf": self.slurm_conf, "cgroup.conf": self.cgroup_conf, "gres.conf": self.gres_conf}
+        confs: dict[str, pulumi.Input[str]] = {
+            "slurm.conf": self.slurm_conf, "cgroup.conf": self.cgroup_conf, "gres.conf": self.gres_conf}
         restart = pulumi.Output.all(self.slurm_conf, self.gres_conf).apply(
             lambda t: restart_key(t[0], self.cgroup_conf, t[1]))
         conf_hash = self.slurm_conf.apply(lambda t: sha256(t, 16))
@@ -250,7 +251,9 @@ class _HostSteps:
             f"{h}-slurm-config", conn=conn, legacy=f"{h}-slurm.conf", opts=self._opts(pkgs, *self.ctl_conf),
             files=[{"path": f"{SLURM_ETC}/{name}", "content": text} for name, text in self.confs.items()])]
         if s.fake_gpu_devices and h in self.by_name:
-            devs = [f"{s.gpu_device_prefix}{i}" for i in range(self.by_name[h].gpus.count)]
+            gpus = self.by_name[h].gpus
+            assert gpus is not None, f"{h}: fake GPU devices need the node's gpus"
+            devs = [f"{s.gpu_device_prefix}{i}" for i in range(gpus.count)]
             deps.append(CommandWithVerify(
                 f"{h}-fake-gpus", conn=conn,
                 create=["sh", "-c", f'i=0; for d in {" ".join(devs)}; do [ -c "$d" ] || mknod -m 0666 "$d" c 195 $i; '

@@ -79,8 +79,8 @@ class SlurmPackagesProvider(PackageSetProvider):
         if not names:
             return None
         ok = upgradable_from(want[names[0]])
-        bad = [f"{n} {installed[n]}" for n in names
-               if installed.get(n) and installed[n] != want[n] and major(installed[n]) not in ok]
+        bad = [f"{n} {have}" for n in names
+               if (have := installed.get(n)) and have != want[n] and major(have) not in ok]
         if not bad:
             return None
         older = ok[1:]

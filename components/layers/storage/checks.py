@@ -47,7 +47,8 @@ def judge_server(props: Props, stdout: str) -> tuple[dict, list[str]]:
     sec = sections(stdout)
     st = StorageLayer.model_validate(props["layer"])
     stores = [Store.from_export_input(s) for s in props["stores"]]
-    fails, facts = [], {}
+    fails: list[str] = []
+    facts: dict[str, Any] = {}
     for s in stores:
         mounts = parse_findmnt(sec.get(f"mount {s.dataset}", ""))
         fails += judge_mounts(st, s.duty, mounts[0] if mounts else None, "server")
@@ -158,7 +159,7 @@ class ClientCheck(Resource, module="storage", name="ClientCheck"):
     reasons: pulumi.Output[dict]
 
     def __init__(self, name: str, *, conn: dict, nodes: list[dict], stores: list[Store], fstypes: list[str],
-                 job_dir: str, guids: pulumi.Input[dict], max_parallel: int, triggers: pulumi.Input[dict],
+                 job_dir: str, guids: pulumi.Input[dict], max_parallel: int, triggers: dict,
                  opts: Optional[pulumi.ResourceOptions] = None):
         """`conn`: the storage host's (names the check); `nodes`: every Slurm node's conn."""
         super().__init__(ClientCheckProvider(), name,

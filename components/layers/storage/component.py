@@ -26,8 +26,9 @@ and units; the datasets and their data are never destroyed.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
 import pulumi
 
@@ -77,6 +78,11 @@ class StorageOutputs:
             lambda t: {"guids": t[0], "exported": t[1], "mountedOn": t[2], "refused": t[3]})}
 
 
+def _mount_of(dataset: str, mounts: Optional[dict]) -> Any:
+    """What ZfsDatasets recorded of `dataset`'s mount (None before it is known)."""
+    return (mounts or {}).get(dataset)
+
+
 class Storage(pulumi.ComponentResource):
     """The stores on the storage host and their mounts on every Slurm node."""
 
@@ -114,7 +120,7 @@ class Storage(pulumi.ComponentResource):
                 # ganesha's FSAL VFS file handles carry the exported mount's device: once a store
                 # is mounted again (the pool re-imported, a reboot), every client's handles are
                 # stale, so its mounts are made again. Kernel nfsd's handles survive that.
-                remount = ({"store": datasets.mounts.apply(lambda m, ds=s.dataset: (m or {}).get(ds))}
+                remount = ({"store": datasets.mounts.apply(functools.partial(_mount_of, s.dataset))}
                            if st.server == "ganesha" else {})
                 mounts.append(SystemdUnit(f"{n.name}-{d}-mount", conn=nconn, unit=unit, content=text,
                                           triggers=remount, opts=after(*prev)))

@@ -30,7 +30,6 @@ from ...facts.mounts import parse_findmnt
 from ...facts.zfs import parse_zfs_get, parse_zpool_list
 from ...scripts import script, sections
 from ...kit import sh
-from ...transport.command import Piece
 from .parse import pool_problem
 from .stores import Store
 
@@ -44,7 +43,7 @@ MARKER = ".gpu-fleet-store"
 DIR_MODE = "1777"
 
 
-def marker_text(dataset: str, guid: str) -> str:
+def marker_text(dataset: str, guid: Optional[str]) -> str:
     return f"gpu-fleet store dataset={dataset} guid={guid}"
 
 
@@ -95,7 +94,7 @@ class ZfsDatasetsProvider(HostPrimitive):
     def key(self, props: Props) -> str:
         return "zfs:" + ",".join(s.dataset for s in _stores(props))
 
-    def probe_argv(self, props: Props) -> list[Piece]:
+    def probe_argv(self, props: Props) -> list[str]:
         pairs = [x for s in _stores(props) for x in (s.dataset, s.mountpoint)]
         data = next(s.mountpoint for s in _stores(props) if s.duty == "data")
         return sh(_PROBE, props["pool"], data, *pairs, "--dirs", *props["data_dirs"])

@@ -243,7 +243,8 @@ def judge_exports(st: StorageLayer, exported: Exported, *, require_mp: bool = Tr
         s = getattr(st, duty)
         clients = exported.get(s.mountpoint)
         if not clients:
-            fails.append(f"{s.mountpoint} ({duty}) is not exported (exported: {', '.join(sorted(exported)) or 'nothing'})")
+            fails.append(f"{s.mountpoint} ({duty}) is not exported "
+                         f"(exported: {', '.join(sorted(exported)) or 'nothing'})")
             continue
         mine = [c for c in clients if _same_network(c, net)]
         others = sorted(c for c in clients if c not in mine)

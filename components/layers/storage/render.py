@@ -178,7 +178,7 @@ def render_mount_unit(st: StorageLayer, duty: str, server: str) -> tuple[str, st
     mode = _MODE[duty]
     if st.client == "kernel":
         what, fstype = f"{_host(server)}:{s.mountpoint}", "nfs"
-        options = (mode, *KERNEL_MOUNT_OPTIONS)
+        options: tuple[str, ...] = (mode, *KERNEL_MOUNT_OPTIONS)
         note = [f"# The kernel NFS client, NFS 4.2 over TCP, hard: {_WHAT[duty]}."]
     else:
         what, fstype = f"{_host(server)}:{PSEUDO[duty]}", FUSE_FSTYPE

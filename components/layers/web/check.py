@@ -78,7 +78,8 @@ class WebCheckProvider(RolloutCheck):
                                     mutating=False).stdout)
         bad = check_problems(seen, int(props["port"]), list(props["slurm_nodes"]), props.get("tailnet"))
         if bad:
-            raise FleetError(f"web:Check: host {conn.t.name}: the web view failed its check:\n  - " + "\n  - ".join(bad))
+            raise FleetError(f"web:Check: host {conn.t.name}: the web view failed its check:\n  - "
+                             + "\n  - ".join(bad))
         return {"seen": {"http": seen["http"], "nodes": seen["nodes"], "lan": seen["lan"]}}
 
 

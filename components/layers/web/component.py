@@ -38,8 +38,8 @@ from .remote import HEALTH_SH, TOKEN_PROBE, TOKEN_SH, bash
 from .tailnet import TailnetBaseline, TailnetExposure
 from .render import (
     AGENT, COMPONENTS, CONTAINERS_CONF, GATEWAY, HEALTH_SCRIPT, HEALTH_TIMER, HEALTH_UNIT, INGRESS_NET,
-    INTERNAL_NET, LOCK, NAMES, REGISTRIES_CONF, TAILNET_DIR, TOKEN_FILE, TOKEN_SCRIPT, TOKEN_TIMER, TOKEN_UNIT, container_specs,
-    render_container_unit, render_containers_conf, render_health_timer, render_health_unit,
+    INTERNAL_NET, LOCK, NAMES, REGISTRIES_CONF, TAILNET_DIR, TOKEN_FILE, TOKEN_SCRIPT, TOKEN_TIMER, TOKEN_UNIT,
+    container_specs, render_container_unit, render_containers_conf, render_health_timer, render_health_unit,
     render_registries_conf, render_token_timer, render_token_unit, secret_dir,
 )
 
@@ -108,6 +108,8 @@ class Web(pulumi.ComponentResource):
         ttimer = SystemdUnit(f"{n}-web-token-timer", conn=conn, unit=TOKEN_TIMER, content=render_token_timer(w),
                              opts=after(token))
 
+        # the layer's check: both required when it is enabled (and it is built only then)
+        assert w.agent_image is not None and w.gateway_image is not None
         images = {c: WebImage(f"{n}-web-image-{c}", conn=conn, component=c, ref=ref, opts=after(*engine))
                   for c, ref in ((AGENT, w.agent_image), (GATEWAY, w.gateway_image))}
         nets = {name: WebNetwork(f"{n}-web-net-{name.rsplit('-', 1)[1]}", conn=conn, network=name,
@@ -138,6 +140,7 @@ class Web(pulumi.ComponentResource):
                              opts=after(hunit, agent, gateway))
         check = WebCheck(f"{n}-web-check", conn=conn, port=w.port, slurm_nodes=[x.name for x in site.slurm_nodes()],
                          triggers={c: sha256(u, 16) for c, u in units.items()},
-                         tailnet=w.tailnet.address if w.tailnet else None, opts=after(gateway, htimer, ttimer, *([tailnet] if tailnet else [])))
+                         tailnet=w.tailnet.address if w.tailnet else None,
+                         opts=after(gateway, htimer, ttimer, *([tailnet] if tailnet else [])))
         self.outputs = WebOutputs({AGENT: agent, GATEWAY: gateway}, check, tailnet)
         self.register_outputs({})

@@ -108,7 +108,8 @@ class WebNetworkProvider(WebProvider):
             created, have = True, _network_probe(conn, name)
         if have != props["internal"]:
             raise FleetError(f"web:Network {name}: host {conn.t.name}: internal is {have}, the layer needs "
-                             f"{props['internal']} (a network of that name that is not the layer's: rename or remove it)")
+                             f"{props['internal']} "
+                             "(a network of that name that is not the layer's: rename or remove it)")
         return {**props, "observed_internal": have, "created": created}
 
     def converge(self, props: Props, record: Props) -> Props:

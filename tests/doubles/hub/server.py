@@ -200,6 +200,7 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the client's connection pool expects
+    server: _Server  # the one that made this handler
 
     def version_string(self) -> str:
         return "hub-double"
@@ -454,6 +455,7 @@ class HubDouble:
                 c.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+        assert self._thread is not None  # started with the server
         self._thread.join()
         self._server = None
 

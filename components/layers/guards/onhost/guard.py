@@ -92,14 +92,16 @@ class LineReader:
 
     def __init__(self, argv: list[str]):
         self.argv = argv
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: Optional[subprocess.Popen[bytes]] = None
         self.buf = b""
         self.restarts = 0
 
-    def start(self) -> None:
+    def start(self) -> subprocess.Popen[bytes]:
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      stdin=subprocess.DEVNULL)
+        assert self.proc.stdout is not None  # stdout=PIPE
         os.set_blocking(self.proc.stdout.fileno(), False)
+        return self.proc
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -107,11 +109,12 @@ class LineReader:
     def lines(self) -> tuple[list[str], bool]:
         """(the complete lines that arrived, whether the child had to be started again)."""
         restarted = False
-        if self.proc is None:
-            self.start()
+        proc = self.start() if self.proc is None else self.proc
+        stdout = proc.stdout
+        assert stdout is not None  # stdout=PIPE
         while True:
             try:
-                chunk = self.proc.stdout.read(65536)
+                chunk = stdout.read(65536)
             except (BlockingIOError, ValueError):
                 chunk = None
             if not chunk:
@@ -123,19 +126,20 @@ class LineReader:
             # what it wrote before it died was read above; the new one reads this boot's log (or
             # the file) from its start again, the cut line whole with it
             self.buf = b""
-            self.proc.stdout.close()
+            stdout.close()
             self.restarts += 1
             restarted = True
             self.start()
         return out, restarted
 
     def stop(self) -> None:
-        if self.alive():
-            self.proc.terminate()
+        proc = self.proc
+        if proc is not None and proc.poll() is None:  # alive()
+            proc.terminate()
             try:
-                self.proc.wait(5)
+                proc.wait(5)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
+                proc.kill()
 
 
 def kernel_log_argv(source: str) -> list[str]:
@@ -355,7 +359,8 @@ class Nvml:
 
     def processes(self) -> dict[int, float]:
         """pid -> GPU memory (MiB) summed over the GPUs, of every compute process NVML lists."""
-        nv, out = self.nv, {}
+        nv = self.nv
+        out: dict[int, float] = {}
         try:
             for i in range(nv.nvmlDeviceGetCount()):
                 for p in nv.nvmlDeviceGetComputeRunningProcesses(nv.nvmlDeviceGetHandleByIndex(i)):
@@ -450,7 +455,8 @@ def status_problems(cfg: dict, text: str, status: Optional[dict], main_pid: str,
         return [f"no status in {cfg['status_file']}: the guard has not sampled yet"]
     out = []
     if str(status.get("pid")) != main_pid.strip():
-        out.append(f"the status is from pid {status.get('pid')}, but the unit's main pid is {main_pid.strip() or 'none'}")
+        out.append(f"the status is from pid {status.get('pid')}, "
+                   f"but the unit's main pid is {main_pid.strip() or 'none'}")
     if status.get("config_sha256") != config_sha(text):
         out.append("the guard runs with another config than the one on disk (not restarted?)")
     age = now - float(status.get("time", 0))

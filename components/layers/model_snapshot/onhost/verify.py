@@ -32,6 +32,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 FORMAT = "gpu-fleet/model-manifest/1"
 CHUNK = 8 << 20          # one read: large enough that hashlib runs without the GIL most of the time
@@ -285,7 +286,7 @@ def _is_count(v: object) -> bool:
     return type(v) is int and v >= 0
 
 
-def _read_header(path: str, label: str) -> tuple[int, int, object, list[str]]:
+def _read_header(path: str, label: str) -> tuple[int, int, dict | None, list[str]]:
     """(file size, header length, parsed header or None, problems) from the first 8 + n bytes."""
     try:
         with open(path, "rb") as f:
@@ -420,7 +421,8 @@ def check_index(root: str, index_relpath: str, present: set[str],
     if not isinstance(wmap, dict) or not wmap:
         return [f"{label}: no weight_map object naming tensors"]
     base = posixpath.dirname(index_relpath)
-    problems, by_shard = [], {}
+    problems: list[str] = []
+    by_shard: dict[str, list[str]] = {}
     for tensor, shard in wmap.items():
         why = unsafe_path(shard)
         if why:
@@ -457,8 +459,8 @@ def check_tree(root: str, manifest: dict, ignore: set[str] | frozenset[str] = fr
     present as a regular file with its size; every .json parses (config files as objects);
     every .safetensors header; every shard index. Files under root that the manifest does not
     list (but `.cache/` and `ignore`) are reported as "extra", not as problems."""
-    out = {"json": {}, "safetensors": {}, "indexes": {}, "files": 0, "bytes": 0, "extra": [],
-           "problems": _manifest_problems(manifest)}
+    out: dict[str, Any] = {"json": {}, "safetensors": {}, "indexes": {}, "files": 0, "bytes": 0, "extra": [],
+                           "problems": _manifest_problems(manifest)}
     if out["problems"]:
         return out
     problems = out["problems"]
@@ -506,7 +508,7 @@ def check_tree(root: str, manifest: dict, ignore: set[str] | frozenset[str] = fr
 
 # ---- the command line ------------------------------------------------------------------
 
-def _load_json(path: str, what: str) -> object:
+def _load_json(path: str, what: str) -> Any:  # what json.load gives; its callers check the shape
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
