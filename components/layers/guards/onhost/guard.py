@@ -92,16 +92,14 @@ class LineReader:
 
     def __init__(self, argv: list[str]):
         self.argv = argv
-        self.proc: Optional[subprocess.Popen[bytes]] = None
+        self.proc: Optional[subprocess.Popen] = None
         self.buf = b""
         self.restarts = 0
 
-    def start(self) -> subprocess.Popen[bytes]:
+    def start(self) -> None:
         self.proc = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      stdin=subprocess.DEVNULL)
-        assert self.proc.stdout is not None  # stdout=PIPE
         os.set_blocking(self.proc.stdout.fileno(), False)
-        return self.proc
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -109,12 +107,11 @@ class LineReader:
     def lines(self) -> tuple[list[str], bool]:
         """(the complete lines that arrived, whether the child had to be started again)."""
         restarted = False
-        proc = self.start() if self.proc is None else self.proc
-        stdout = proc.stdout
-        assert stdout is not None  # stdout=PIPE
+        if self.proc is None:
+            self.start()
         while True:
             try:
-                chunk = stdout.read(65536)
+                chunk = self.proc.stdout.read(65536)
             except (BlockingIOError, ValueError):
                 chunk = None
             if not chunk:
@@ -126,20 +123,19 @@ class LineReader:
             # what it wrote before it died was read above; the new one reads this boot's log (or
             # the file) from its start again, the cut line whole with it
             self.buf = b""
-            stdout.close()
+            self.proc.stdout.close()
             self.restarts += 1
             restarted = True
             self.start()
         return out, restarted
 
     def stop(self) -> None:
-        proc = self.proc
-        if proc is not None and proc.poll() is None:  # alive()
-            proc.terminate()
+        if self.alive():
+            self.proc.terminate()
             try:
-                proc.wait(5)
+                self.proc.wait(5)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                self.proc.kill()
 
 
 def kernel_log_argv(source: str) -> list[str]:
@@ -359,8 +355,7 @@ class Nvml:
 
     def processes(self) -> dict[int, float]:
         """pid -> GPU memory (MiB) summed over the GPUs, of every compute process NVML lists."""
-        nv = self.nv
-        out: dict[int, float] = {}
+        nv, out = self.nv, {}
         try:
             for i in range(nv.nvmlDeviceGetCount()):
                 for p in nv.nvmlDeviceGetComputeRunningProcesses(nv.nvmlDeviceGetHandleByIndex(i)):
@@ -455,8 +450,7 @@ def status_problems(cfg: dict, text: str, status: Optional[dict], main_pid: str,
         return [f"no status in {cfg['status_file']}: the guard has not sampled yet"]
     out = []
     if str(status.get("pid")) != main_pid.strip():
-        out.append(f"the status is from pid {status.get('pid')}, "
-                   f"but the unit's main pid is {main_pid.strip() or 'none'}")
+        out.append(f"the status is from pid {status.get('pid')}, but the unit's main pid is {main_pid.strip() or 'none'}")
     if status.get("config_sha256") != config_sha(text):
         out.append("the guard runs with another config than the one on disk (not restarted?)")
     age = now - float(status.get("time", 0))

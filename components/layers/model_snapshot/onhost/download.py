@@ -109,7 +109,7 @@ def resume_partials(cfg: dict, token, stage: Path, files: list[dict]) -> dict[st
     return resumed
 
 
-def full(e: BaseException | None) -> bool:
+def full(e: BaseException) -> bool:
     while e is not None:
         if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
             return True

@@ -32,7 +32,6 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 FORMAT = "gpu-fleet/model-manifest/1"
 CHUNK = 8 << 20          # one read: large enough that hashlib runs without the GIL most of the time
@@ -286,7 +285,7 @@ def _is_count(v: object) -> bool:
     return type(v) is int and v >= 0
 
 
-def _read_header(path: str, label: str) -> tuple[int, int, dict | None, list[str]]:
+def _read_header(path: str, label: str) -> tuple[int, int, object, list[str]]:
     """(file size, header length, parsed header or None, problems) from the first 8 + n bytes."""
     try:
         with open(path, "rb") as f:
@@ -421,8 +420,7 @@ def check_index(root: str, index_relpath: str, present: set[str],
     if not isinstance(wmap, dict) or not wmap:
         return [f"{label}: no weight_map object naming tensors"]
     base = posixpath.dirname(index_relpath)
-    problems: list[str] = []
-    by_shard: dict[str, list[str]] = {}
+    problems, by_shard = [], {}
     for tensor, shard in wmap.items():
         why = unsafe_path(shard)
         if why:
@@ -459,8 +457,8 @@ def check_tree(root: str, manifest: dict, ignore: set[str] | frozenset[str] = fr
     present as a regular file with its size; every .json parses (config files as objects);
     every .safetensors header; every shard index. Files under root that the manifest does not
     list (but `.cache/` and `ignore`) are reported as "extra", not as problems."""
-    out: dict[str, Any] = {"json": {}, "safetensors": {}, "indexes": {}, "files": 0, "bytes": 0, "extra": [],
-                           "problems": _manifest_problems(manifest)}
+    out = {"json": {}, "safetensors": {}, "indexes": {}, "files": 0, "bytes": 0, "extra": [],
+           "problems": _manifest_problems(manifest)}
     if out["problems"]:
         return out
     problems = out["problems"]
@@ -508,7 +506,7 @@ def check_tree(root: str, manifest: dict, ignore: set[str] | frozenset[str] = fr
 
 # ---- the command line ------------------------------------------------------------------
 
-def _load_json(path: str, what: str) -> Any:  # what json.load gives; its callers check the shape
+def _load_json(path: str, what: str) -> object:
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
