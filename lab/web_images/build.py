@@ -25,7 +25,6 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from .. import repo as lab_repo
 from ..common import LabError, cache_dir, flock, log, remove_tree, run, sha16
@@ -50,7 +49,7 @@ PRUNE = ["usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale",
          "usr/lib/python3.11/turtledemo", "usr/lib/python3.11/pydoc_data",
          "usr/lib/python3.11/lib2to3", "usr/lib/python3.11/distutils"]
 
-IMAGES: dict[str, dict[str, Any]] = {
+IMAGES = {
     "agent": {
         "repository": "gpu-fleet/slurm-web-agent",
         "roots": ["python3-minimal", "libpython3.11-stdlib"],
