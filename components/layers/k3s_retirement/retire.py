@@ -22,8 +22,6 @@
 from __future__ import annotations
 
 import json
-import re
-import time
 from typing import Any, Optional
 
 import pulumi
@@ -32,73 +30,24 @@ from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, Resou
 from ...errors import FleetError
 from ...providers.base import PlanRefused, Props, RolloutCheck, _entry, conn_change
 from ...providers.undoable import ActionWithUndo
-from ...scripts import script, sections
+from ...scripts import script
 from ...kit import bash, connect
 from ...transport import Connection, FanOutError, SshTarget, fan_out
 from .bundle import (
-    MARKER, MOUNT_ROOTS, Layout, count_problems, export_objects, host_paths_of, judge_audit,
-    node_ready, object_name, parse_audit, parse_steps, parse_stopped, steps_for, stopped_problems,
+    MARKER, MOUNT_ROOTS, count_problems, export_objects, host_paths_of, judge_audit, object_name, parse_audit,
+    parse_steps, parse_stopped, steps_for, stopped_problems,
 )
+from .rollback import PG_COUNTS, restore
+from .transfer import kubectl, layout, now, put, put_once, ship, tar_existing
 
 _AUDIT = script(__file__, "audit.sh")
-_SEND = script(__file__, "send.sh")
-_RECEIVE = script(__file__, "receive.sh")
 _STATE = script(__file__, "bundle_state.sh")
-_ONCE = script(__file__, "put_once.sh")
 _ITEMS = script(__file__, "verify_items.sh")
 _BACKUP = script(__file__, "datastore_backup.sh")
-_COUNTS = script(__file__, "pg_counts.sh")
 _PROOF = script(__file__, "pg_proof.sh")
 _STOP = script(__file__, "stop.sh")
 _STOPPED = script(__file__, "stopped_probe.sh")
-_RESTORE = script(__file__, "restore.sh")
 _HOLDERS = script(__file__, "gpu_holders.sh")
-_SERVER_CHECK = script(__file__, "server_check.sh")
-_SHA = re.compile(r"gpu-fleet-sha256 ([0-9a-f]{64})")
-
-
-def _layout(props: Props) -> Layout:
-    return Layout(props["bundle_dir"], props["change_id"])
-
-
-def ship(src: Connection, what: list[str], dst: Connection, dest: str) -> dict:
-    """Stream one item from `src` (send.sh <kind> <args>) into `dest` on `dst`; both sides'
-    SHA-256 must agree."""
-    s, d = src.pipe(bash(_SEND, *what), dst, bash(_RECEIVE, dest))
-    sent = _SHA.search(s.stderr)
-    got = d.stdout.split()
-    if not sent or len(got) != 2 or sent.group(1) != got[0]:
-        raise FleetError(f"host {dst.t.name}: {dest}: the SHA-256 of what {src.t.name} sent "
-                         f"({sent.group(1) if sent else 'none'}) is not what landed ({got[0] if got else 'none'})")
-    return {"sha256": got[0], "size": int(got[1])}
-
-
-def _tar_existing(node: Connection, paths: list[str], storage: Connection, lay: Layout, rel: str) -> dict:
-    """One tar item `rel` of those of `paths` that exist on `node` (none: no item)."""
-    have = node.run(["sh", "-c", 'for p; do [ -e "$p" ] && echo "$p"; done; true', "sh", *paths],
-                    mutating=False).stdout.split() if paths else []
-    if not have:
-        return {"items": {}, "paths": []}
-    dest = lay.item(node.t.name, rel)
-    return {"items": {rel: ship(node, ["tar", *[x.lstrip("/") for x in have]], storage, dest)}, "paths": have}
-
-
-def put(storage: Connection, path: str, data: bytes) -> dict:
-    out = storage.run(bash(_RECEIVE, path), stdin=data, mutating=True).stdout.split()
-    return {"sha256": out[0], "size": int(out[1])}
-
-
-def put_once(storage: Connection, path: str, data: bytes) -> str:
-    return storage.run(bash(_ONCE, path), stdin=data, mutating=True).stdout.strip()
-
-
-def kubectl(props: Props, *args: str) -> list[str]:
-    p = props["paths"]
-    return [p["kubectl"], "--kubeconfig", p["kubeconfig"], *args]
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 # --- audit -----------------------------------------------------------------------------------
@@ -150,9 +99,9 @@ class K3sPreserveProvider(ResourceProvider):
 
     def _step(self, step: str, props: Props, node: Connection, storage: Connection,
               done: dict[str, dict]) -> dict:
-        lay, n, p = _layout(props), node.t.name, props["paths"]
+        lay, n, p = layout(props), node.t.name, props["paths"]
         if step == "baseline":
-            body = {"change_id": props["change_id"], "node": n, "at": _now(), "role": props["role"],
+            body = {"change_id": props["change_id"], "node": n, "at": now(), "role": props["role"],
                     "audit": props["audit"]}
             how = put_once(storage, lay.baseline(n), json.dumps(body, indent=1, sort_keys=True).encode())
             return {"items": {}, "baseline": how}
@@ -178,16 +127,16 @@ class K3sPreserveProvider(ResourceProvider):
                     "objects": [object_name(o) for o in objs], "host_paths": host_paths_of(objs)}
         if step == "hostpath":
             found = sorted(set(props["host_paths"]) | set((done.get("api") or {}).get("host_paths") or []))
-            return _tar_existing(node, found, storage, lay, "hostpath.tar")
+            return tar_existing(node, found, storage, lay, "hostpath.tar")
         if step == "config":
             cands = [f"/etc/systemd/system/{u}{suffix}" for u in props["all_units"]
                      for suffix in ("", ".env", ".d")] + [p["config_dir"], "/etc/systemd/system/postgresql@.service.d"]
-            return _tar_existing(node, cands, storage, lay, "config.tar")
+            return tar_existing(node, cands, storage, lay, "config.tar")
         if step == "postgres":
             if not (props["audit"] or {}).get("postgres"):
                 return {"items": {}, "proofs": {}}
             work = f"/var/tmp/gpu-fleet-k3s-{props['change_id']}"
-            res = node.run(bash(_PROOF, work, _COUNTS), mutating=True, timeout=3600)
+            res = node.run(bash(_PROOF, work, PG_COUNTS), mutating=True, timeout=3600)
             items, proofs = {}, {}
             for line in res.stdout.strip().splitlines():
                 d = json.loads(line)
@@ -198,7 +147,7 @@ class K3sPreserveProvider(ResourceProvider):
                 items[f"postgres/{d['db']}.dump"] = ship(node, ["file", d["dump"]], storage,
                                                          lay.item(n, f"postgres/{d['db']}.dump"))
                 proof = {"db": d["db"], "tables": len(d["source"]), "rows": sum(d["source"].values()),
-                         "source": d["source"], "restored": d["restored"], "at": _now()}
+                         "source": d["source"], "restored": d["restored"], "at": now()}
                 items[f"postgres/{d['db']}.proof.json"] = put(
                     storage, lay.item(n, f"postgres/{d['db']}.proof.json"), json.dumps(proof, sort_keys=True).encode())
                 proofs[d["db"]] = proof
@@ -207,7 +156,7 @@ class K3sPreserveProvider(ResourceProvider):
         raise AssertionError(step)
 
     def _state(self, props: Props, storage: Connection) -> tuple[Optional[dict], dict, Optional[str]]:
-        lay = _layout(props)
+        lay = layout(props)
         return parse_steps(storage.run(bash(_STATE, lay.change, props["conn"]["name"]), mutating=False).stdout)
 
     def _run(self, props: Props) -> Props:
@@ -219,8 +168,8 @@ class K3sPreserveProvider(ResourceProvider):
             if step in done:
                 continue
             result = self._step(step, props, node, storage, done)
-            put_once(storage, _layout(props).marker(node.t.name, step),
-                     json.dumps({**result, "at": _now()}, sort_keys=True).encode())
+            put_once(storage, layout(props).marker(node.t.name, step),
+                     json.dumps({**result, "at": now()}, sort_keys=True).encode())
             done[step] = result
             ran.append(step)
         baseline, done, _ = self._state(props, storage)
@@ -281,7 +230,7 @@ class K3sSealProvider(RolloutCheck):
         return f"k3s-seal:{props['change_id']}"
 
     def run(self, props: Props) -> dict[str, Any]:
-        storage, lay = connect(props["conn"]), _layout(props)
+        storage, lay = connect(props["conn"]), layout(props)
         sealed = {}
         for n, items in sorted(props["nodes"].items()):
             lines = storage.run(bash(_ITEMS, lay.node(n)), mutating=False, timeout=3600).stdout.splitlines()
@@ -299,7 +248,7 @@ class K3sSealProvider(RolloutCheck):
                                   indent=1, sort_keys=True).encode()
             put_once(storage, lay.manifest(n), manifest)
             sha = storage.run(["sha256sum", "--", lay.manifest(n)], mutating=False).stdout.split()[0]
-            put_once(storage, lay.seal(n), json.dumps({"manifest_sha256": sha, "at": _now()}).encode())
+            put_once(storage, lay.seal(n), json.dumps({"manifest_sha256": sha, "at": now()}).encode())
             sealed[n] = sha
         return {"sealed": sealed}
 
@@ -340,7 +289,7 @@ class K3sStopProvider(ActionWithUndo):
         if bad:
             raise FleetError(f"host {node.t.name}: K3s did not stop cleanly (change {props['change_id']}); the node "
                              "is not handed over to Slurm:\n  - " + "\n  - ".join(bad))
-        return {"stopped": True, "at": _now()}
+        return {"stopped": True, "at": now()}
 
     def refuse(self, olds: Props, news: Props) -> None:
         if olds.get("change_id") != news.get("change_id"):
@@ -366,104 +315,3 @@ class K3sStop(Resource, module="k3s", name="Stop"):
 
     def __init__(self, name: str, *, props: dict, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__(K3sStopProvider(), name, {**props, "stopped": None, "at": None}, opts)
-
-
-def _wait(what: str, host: str, timeout_s: int, probe) -> Any:
-    """Poll `probe` (-> (done, value, why)) every 2 s until done or the timeout."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        done, value, why = probe()
-        if done:
-            return value
-        if time.monotonic() > deadline:
-            raise FleetError(f"host {host}: K3s rollback: {what} not within {timeout_s} s: {why}")
-        time.sleep(2)
-
-
-def restore(props: Props) -> dict:
-    """The rollback of one node (see the module docstring); raises unless the node is back whole."""
-    node, storage, lay = connect(props["conn"]), connect(props["storage"]), _layout(props)
-    n, p, items, timeout = node.t.name, props["paths"], props["items"] or {}, int(props["timeout_s"])
-    done: dict[str, Any] = {}
-    if props["role"] == "server":
-        chk = sections(node.run(bash(_SERVER_CHECK, p["datastore"], p["token"]), mutating=False).stdout)
-        want_token = (items.get("datastore/token") or {}).get("sha256")
-        if want_token and chk.get("token", "").strip() != want_token:
-            ship(storage, ["file", lay.item(n, "datastore/token")], node, p["token"])
-            done["token"] = "restored from the bundle"
-        if chk.get("datastore", "").strip() != "ok" and "datastore/state.db" in items:
-            aside = f"{p['datastore']}.gpu-fleet-aside-{int(time.time())}"
-            node.run(["sh", "-c", 'for s in "" -wal -shm; do [ -e "$1$s" ] && mv -- "$1$s" "$2$s"; done; true',
-                      "sh", p["datastore"], aside], mutating=True)
-            ship(storage, ["file", lay.item(n, "datastore/state.db")], node, p["datastore"])
-            done["datastore"] = f"restored from the bundle ({chk.get('datastore', '').strip()}; kept as {aside})"
-    # the immutable baseline says what K3s ran before the retirement (not a later audit)
-    base = storage.run(["cat", "--", lay.baseline(n)], mutating=False, check=False)
-    baseline = json.loads(base.stdout) if base.rc == 0 and base.stdout.strip() else {"audit": props.get("audit")}
-    services = (baseline.get("audit") or {}).get("services") or {}
-    enable = [u for u in props["units"] if (services.get(u) or {}).get("enabled") == "enabled"]
-    start = [u for u in props["units"] if (services.get(u) or {}).get("active") == "active"]
-    node.run(bash(_RESTORE, MARKER, ":".join(enable), ":".join(start), *props["units"]), mutating=True,
-             timeout=timeout)
-    server = connect(props["server"])
-    if props["role"] == "server":
-        _wait("the API server ready", n, timeout, lambda: (
-            (r := server.run(kubectl(props, "get", "--raw", "/readyz"), mutating=False, check=False)).rc == 0,
-            None, (r.stdout + r.stderr).strip()[-300:]))
-        objs = json.loads(storage.run(["cat", "--", lay.item(n, "api/objects.json")], mutating=False).stdout)
-        missing = _missing(props, server, objs)
-        if missing:
-            # right after the API server starts, a Service may not get its IP yet ("range is
-            # full" until the allocator has synced): try a few times, then report what is left
-            still = missing
-            for _ in range(5):
-                server.run(kubectl(props, "create", "-f", "-"), mutating=True, check=False,
-                           stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": still}).encode())
-                still = _missing(props, server, objs)
-                if not still:
-                    break
-                time.sleep(3)
-            if still:
-                raise FleetError(f"host {n}: K3s rollback: objects still missing after creating them from the "
-                                 f"bundle: {', '.join(object_name(o) for o in still[:10])}")
-        done["objects"] = {"exported": len(objs["items"]), "created_again": len(missing)}
-    proofs = props.get("proofs") or {}
-    if proofs:
-        _wait("PostgreSQL accepting connections", n, timeout, lambda: (
-            (r := node.run(["runuser", "-u", "postgres", "--", "pg_isready"], mutating=False, check=False)).rc == 0,
-            None, r.stdout.strip()))
-        for db, proof in sorted(proofs.items()):
-            live = node.run(bash(_COUNTS, db), mutating=False, check=False)
-            if live.rc != 0:
-                work = f"/var/tmp/gpu-fleet-k3s-restore-{props['change_id']}"
-                node.run(["install", "-d", "-m", "0700", "-o", "postgres", "--", work], mutating=True)
-                ship(storage, ["file", lay.item(n, f"postgres/{db}.dump")], node, f"{work}/{db}.dump")
-                node.run(["sh", "-c", 'chown postgres "$1" && runuser -u postgres -- pg_restore --create '
-                          '--exit-on-error -d postgres -- "$1"', "sh", f"{work}/{db}.dump"], mutating=True,
-                         timeout=3600)
-                node.run(["rm", "-rf", "--", work], mutating=True)
-                live = node.run(bash(_COUNTS, db), mutating=False)
-                done[f"postgres/{db}"] = "restored from the bundle's dump"
-            bad = count_problems(db, proof["source"], json.loads(live.stdout), "after the rollback")
-            if bad:
-                raise FleetError(f"host {n}: K3s rollback: PostgreSQL {db} differs from the retirement's proof:\n  - "
-                                 + "\n  - ".join(bad))
-    if start:
-        within = int(props["ready_within_s"])
-
-        def ready() -> tuple[bool, None, str]:
-            nodes = json.loads(server.run(kubectl(props, "get", "nodes", "-o", "json"), mutating=False).stdout)
-            ok, why = node_ready(nodes, n, within)
-            return ok, None, why
-
-        _wait(f"node {n} Ready", n, timeout, ready)
-    return done
-
-
-def _missing(props: Props, server: Connection, objs: dict) -> list[dict]:
-    """The bundle's objects the API server does not have (kind, namespace and name)."""
-    got = json.loads(server.run(kubectl(props, "get", "-f", "-", "-o", "json", "--ignore-not-found"),
-                                mutating=False, stdin=json.dumps(objs).encode()).stdout or "{}")
-    items = got.get("items", [got] if got.get("kind") not in (None, "List") else [])
-    have = {object_name(o) for o in items}
-    return [o for o in objs["items"] if object_name(o) not in have]
