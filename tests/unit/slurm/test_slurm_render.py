@@ -13,7 +13,7 @@ from components.layers.slurm.render import (
 )
 from tests.conftest import fleet14, stack_config
 
-GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+GOLDEN = Path(__file__).resolve().parents[2] / "golden"
 
 
 def check_golden(name: str, text: str) -> None:

@@ -27,7 +27,7 @@ import pytest
 
 from lab.web_images import build
 
-AGENT = Path(__file__).resolve().parents[2] / "lab" / "web_images" / "agent.py"
+AGENT = Path(__file__).resolve().parents[3] / "lab" / "web_images" / "agent.py"
 GOOD, EXPIRED = "eyJ.good.token", "eyJ.expired.token"
 META = {"plugin": {"type": "openapi/v0.0.38", "name": "Slurm OpenAPI v0.0.38"},
         "Slurm": {"version": {"major": 22, "micro": 8, "minor": 5}, "release": "22.05.8"}}

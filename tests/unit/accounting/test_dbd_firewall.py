@@ -10,7 +10,7 @@ from components.layers.accounting import firewall as fw
 from components.config.load import parse_fleet_config
 from components.errors import ConfigError
 from tests.conftest import fleet14, stack_config
-from tests.unit.test_slurm_render import check_golden
+from tests.unit.slurm.test_slurm_render import check_golden
 
 
 def full_cfg(**accounting):

@@ -25,7 +25,7 @@ from components.layers.guards import render
 from components.layers.guards.onhost import guard
 from tests.conftest import stack_config
 from tests.doubles.fake_nvml import harness
-from tests.unit.test_slurm_render import check_golden
+from tests.unit.slurm.test_slurm_render import check_golden
 
 GUARD_PY = Path(guard.__file__)
 

@@ -3,7 +3,7 @@ output, the Snapshot provider's rerun rule and its run on a published tree, and 
 primitive (components/providers/payload.py).
 
 The probe output comes from the layer's own scripts run by a local shell over a snapshot
-written by the real safetensors library (tests/unit/test_model_verify.py's tree) and proven by
+written by the real safetensors library (tests/unit/model_snapshot/test_model_verify.py's tree) and proven by
 the real verify.py, as the storage host and a node would run them; the cases a local shell
 cannot produce (an NFS mount's "Read-only file system") are that output with one section
 changed."""
@@ -30,7 +30,7 @@ from components.transport import SshTarget
 from components.kit import sh
 from tests.unit import fakeconn
 from tests.unit.fakeconn import recorded
-from tests.unit.test_model_verify import hub_listing, model_tree
+from tests.unit.model_snapshot.test_model_verify import hub_listing, model_tree
 from tests.unit.test_host_primitive import ME, MY_GROUP
 
 REV = "0123456789abcdef0123456789abcdef01234567"

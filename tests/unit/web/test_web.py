@@ -21,7 +21,7 @@ from components.layers.web.render import (
 )
 from components.layers.web.runtime import judge, parse_readback
 from tests.conftest import stack_config
-from tests.unit.test_slurm_render import check_golden
+from tests.unit.slurm.test_slurm_render import check_golden
 
 AGENT_IMG = "storage:5000/gpu-fleet/slurm-web-agent@sha256:" + "a" * 64
 GATEWAY_IMG = "storage:5000/gpu-fleet/slurm-web-gateway@sha256:" + "b" * 64

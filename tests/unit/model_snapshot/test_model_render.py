@@ -15,7 +15,7 @@ from components.config.load import parse_fleet_config
 from components.layers.model_snapshot import render
 from components.layers.model_snapshot.render import Places, render_config, render_unit
 from tests.conftest import stack_config
-from tests.unit.test_slurm_render import check_golden
+from tests.unit.slurm.test_slurm_render import check_golden
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 TOKEN_VALUE = "hf_ThisIsTheStacksSecretToken0123"

@@ -14,7 +14,7 @@ from components.layers.storage.render import (
     render_ganesha_dropin, render_mount_unit, render_nfs_server_dropin,
 )
 from tests.conftest import stack_config
-from tests.unit.test_slurm_render import check_golden
+from tests.unit.slurm.test_slurm_render import check_golden
 
 SERVER = "192.0.2.10"
 
