@@ -46,7 +46,8 @@ from . import readable
 from ..transport import Connection, SshTarget, connection
 from ..transport.command import Piece, display
 from ..transport.sequence import run_sequence
-from ..transport.ssh import Result, acting_for
+from ..transport.ssh import Result
+from ..transport.target import acting_for
 
 Props = dict[str, Any]
 Observed = dict[str, Any]

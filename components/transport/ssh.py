@@ -16,7 +16,8 @@ A host that cannot be reached on connect (refused, timed out, no route: after th
 is remembered for the rest of the provider process, which is one `pulumi` run: every later
 connect or command to it fails at once with one sentence (`HostRemembered`), so N resources
 on a dead host cost one connect timeout, not N. A host key mismatch or a refused key is
-never remembered: each is reported where it happens.
+never remembered: each is reported where it happens. The memory is reach.py; running one
+function on many hosts at once is fanout.py.
 
 Commands run through `lifeline.spawn`, so a cancelled run (Ctrl-C) or a dead engine stops
 them (`RunStopped`); see lifeline.py.
@@ -32,26 +33,23 @@ import subprocess
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence, TypeVar
+from typing import Optional, Sequence
 
-from ..errors import FleetError
 from . import lifeline
 from .batch import Batcher, batchable
 from .refresh import HostReading
 from .command import Piece, display, mask, secrets_of, shell_join
+from .reach import reach_lock_of, remember, remembered
 from .target import (  # HostError .. RunStopped, Result and SshTarget are this transport's API
     AuthFailed, HostError, HostKeyMismatch, HostRemembered, HostUnreachable, Result, RunStopped, SshTarget,
-    SudoPasswordRequired, acting_for, acting_label,
+    SudoPasswordRequired, acting_label,
 )
 
 COMMAND_LOG_ENV = "GPU_FLEET_COMMAND_LOG"
 #: commands at once on one host's connection: sshd refuses sessions past MaxSessions (10 by
 #: default) on one multiplexed connection, and the provider serves up to 32 calls at once
 MAX_SESSIONS = 8
-T = TypeVar("T")
 
 lifeline.install()  # in the engine's provider process: Cancel and the engine's death stop commands
 
@@ -130,50 +128,6 @@ def _classify(t: SshTarget, cmd: str, rc: int, out: str) -> HostError:
     return HostError(t.name, cmd, rc, out)
 
 
-def _where(t: SshTarget) -> str:
-    return f"{t.address}:{t.port}" + (f" via {t.proxy_jump}" if t.proxy_jump else "")
-
-
-@dataclass(frozen=True)
-class _Unreachable:
-    where: str
-    first_at: float  # time.time() of the first failed connect
-
-
-# Hosts found unreachable on connect in this provider process, by how they are reached.
-_unreachable: dict[tuple, _Unreachable] = {}
-_reach_locks: dict[tuple, threading.Lock] = {}
-_reach_lock = threading.Lock()
-
-
-def _reach_key(t: SshTarget) -> tuple:
-    """What reachability depends on: another user or key reaches the same host, or not."""
-    return (t.address, t.port, t.proxy_jump)
-
-
-def _reach_lock_of(t: SshTarget) -> threading.Lock:
-    """One connect attempt at a time per address (across targets): the callers that wait for
-    a failing one then fail at once instead of timing out again."""
-    with _reach_lock:
-        return _reach_locks.setdefault(_reach_key(t), threading.Lock())
-
-
-def remembered(t: SshTarget) -> Optional[_Unreachable]:
-    with _reach_lock:
-        return _unreachable.get(_reach_key(t))
-
-
-def _remember(t: SshTarget) -> None:
-    with _reach_lock:
-        _unreachable.setdefault(_reach_key(t), _Unreachable(_where(t), time.time()))
-
-
-def forget_unreachable() -> None:
-    """Forget every remembered host (a new run; unit tests)."""
-    with _reach_lock:
-        _unreachable.clear()
-
-
 class Connection:
     """Runs commands on one host over its multiplexed SSH connection."""
 
@@ -208,7 +162,7 @@ class Connection:
         A host that stays unreachable through the retries is remembered for this run."""
         self._check_files()
         # concurrent provider calls for one host open one connection; a failed one is remembered
-        with _reach_lock_of(self.t), self._lock:
+        with reach_lock_of(self.t), self._lock:
             self._refuse_if_remembered("ssh")
             if self._connected or self._master_alive():
                 self._connected = True
@@ -216,7 +170,7 @@ class Connection:
             try:
                 self._open(retries, backoff_s)
             except HostUnreachable:
-                _remember(self.t)
+                remember(self.t)
                 raise
 
     def _open(self, retries: int, backoff_s: float) -> None:
@@ -433,36 +387,3 @@ def connection(target: SshTarget) -> Connection:
         if c is None:
             c = _connections[target] = Connection(target)
     return c
-
-
-class FanOutError(FleetError):
-    """Some hosts failed in a fan-out; says which failed and which completed."""
-
-    def __init__(self, failures: dict[str, Exception], done: list[str]):
-        self.failures, self.done = failures, done
-        lines = [f"{len(failures)} host(s) failed:"]
-        lines += [f"  - {h}: {e}" for h, e in sorted(failures.items())]
-        lines.append(f"  completed on: {', '.join(sorted(done)) or 'no host'}")
-        super().__init__("\n".join(lines))
-
-
-def fan_out(targets: Iterable[SshTarget], fn: Callable[[Connection], T],
-            max_parallel: int = 16) -> dict[str, T]:
-    """Run fn on every host in parallel (bounded); raise FanOutError naming each failure."""
-    targets = list(targets)
-    results: dict[str, T] = {}
-    failures: dict[str, Exception] = {}
-    label = acting_label()  # the resource fanning out, for the command log
-
-    def one(t: SshTarget):
-        try:
-            with acting_for(label) if label else contextlib.nullcontext():
-                results[t.name] = fn(connection(t))
-        except Exception as e:  # reported per host below
-            failures[t.name] = e
-
-    with ThreadPoolExecutor(max_workers=max(1, min(max_parallel, len(targets) or 1))) as ex:
-        list(ex.map(one, targets))
-    if failures:
-        raise FanOutError(failures, list(results))
-    return results

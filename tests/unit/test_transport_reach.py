@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from components.transport import (
-    AuthFailed, FanOutError, HostKeyMismatch, HostRemembered, HostUnreachable, SshTarget, fan_out, ssh,
+    AuthFailed, FanOutError, HostKeyMismatch, HostRemembered, HostUnreachable, SshTarget, fan_out, reach, ssh,
 )
 from components.transport.ssh import Connection
 
@@ -27,9 +27,9 @@ SENTENCE = re.compile(r"^host (\S+): cannot reach (\S+) over SSH \(remembered fr
 
 @pytest.fixture(autouse=True)
 def fresh_run():
-    ssh.forget_unreachable()
+    reach.forget_unreachable()
     yield
-    ssh.forget_unreachable()
+    reach.forget_unreachable()
 
 
 class SilentPort:
@@ -145,11 +145,11 @@ def test_a_refused_port_is_remembered_and_commands_fail_at_once(tmp_path, monkey
 def test_reachability_is_per_address_port_and_jump_host(tmp_path):
     dead = target(tmp_path, port=closed_port())
     resource(dead)
-    assert ssh.remembered(dead) is not None
-    assert ssh.remembered(target(tmp_path, name="other-name", port=dead.port, user="fleet")) is not None
-    assert ssh.remembered(target(tmp_path, port=dead.port + 1 if dead.port < 65535 else 1)) is None
+    assert reach.remembered(dead) is not None
+    assert reach.remembered(target(tmp_path, name="other-name", port=dead.port, user="fleet")) is not None
+    assert reach.remembered(target(tmp_path, port=dead.port + 1 if dead.port < 65535 else 1)) is None
     via = SshTarget(**{**dead.as_dict(), "proxy_jump": "bastion"})
-    assert ssh.remembered(via) is None
+    assert reach.remembered(via) is None
 
 
 def fake_ssh(monkeypatch, tmp_path, script: str):
@@ -172,7 +172,7 @@ def test_key_mismatch_and_refused_keys_are_not_remembered(monkeypatch, tmp_path,
         with pytest.raises(cls):
             Connection(t).connect(retries=3, backoff_s=0)
         assert calls() == attempt  # not retried, and tried again on the next connect
-    assert ssh.remembered(t) is None
+    assert reach.remembered(t) is None
 
 
 def test_a_connection_lost_mid_run_is_retried_then_remembered(monkeypatch, tmp_path):
@@ -189,7 +189,7 @@ def test_a_connection_lost_mid_run_is_retried_then_remembered(monkeypatch, tmp_p
     with pytest.raises(HostUnreachable) as e:
         c.run(["systemctl", "start", "slurmd"], mutating=True)
     assert type(e.value) is HostUnreachable
-    assert ssh.remembered(c.t) is None
+    assert reach.remembered(c.t) is None
     before = calls()
     with pytest.raises(HostUnreachable) as e:
         c.connect(retries=3, backoff_s=0)
