@@ -15,7 +15,8 @@ from components.fleet import Fleet, FleetSecrets
 from components.layers.model_snapshot import render
 from components.layers.model_snapshot.component import WHEELS_TARBALL
 from tests.conftest import ROOT
-from tests.mock.test_wiring import RAW, STORAGE, graph, stored_graph  # noqa: F401 (fixtures)
+from tests.mock.test_storage_wiring import STORAGE, stored_graph  # noqa: F401 (a fixture)
+from tests.mock.wiring import RAW
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 MODEL = {"enabled": True, "repo_id": "org/tiny", "revision": REV}
