@@ -7,7 +7,8 @@ field, or the reason it needs none), applied with `sacctmgr -i` and read again. 
 `fields` are what sacctmgr prints, so `pulumi refresh` sees a field edited by hand (a QOS's
 GrpTRES, Priority, Preempt ...) as drift in that field, and the next `up` sets it back.
 
-Values are given as sacctmgr prints them (GraceTime `00:05:00`, memory `mem=100G`); TRES
+Values are given as sacctmgr prints them (memory `mem=100G`); GraceTime, which sacctmgr sets
+in seconds and prints as `00:05:00`, in either form and set in seconds; TRES
 lists compare as sets of `name=count`, Preempt/QOS/Flags lists as sets, PreemptMode without
 case. Delete removes an object create added; one that was there before gets back the values
 of the fields this resource set.
@@ -41,9 +42,28 @@ _KEYS = {"qos": ("Name",), "account": ("Cluster", "Account", "User", "Partition"
          "user": ("Cluster", "Account", "User", "Partition")}
 
 
+#: fields sacctmgr sets in whole seconds (an integer) but prints as [days-]hours:minutes:seconds
+_SECONDS = ("GraceTime",)
+
+
+def _seconds(text: str) -> str:
+    """`00:05:00`, `1-00:00:00`, `5:00` or `300` -> `300`; anything else as it is (sacctmgr
+    refuses it, naming the field)."""
+    days, _, clock = text.rpartition("-") if "-" in text.lstrip("-") else ("", "", text)
+    parts = clock.split(":")
+    if not (days.isdigit() or not days) or len(parts) > 3 or not all(p.isdigit() for p in parts):
+        return text
+    secs = 0
+    for p in parts:
+        secs = secs * 60 + int(p)
+    return str(secs + int(days or 0) * 86400)
+
+
 def canonical(field: str, value: Any) -> str:
     """One spelling per value, so that what was asked and what sacctmgr prints compare equal."""
     text = "" if value is None else str(value).strip()
+    if field in _SECONDS and text:
+        return _seconds(text)
     if "TRES" in field:
         return ",".join(sorted(p for p in text.split(",") if p))
     if field in _LISTS:

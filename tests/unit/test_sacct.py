@@ -21,15 +21,26 @@ def printed(**fields: str) -> str:
     return "|".join(row.get(c, "") for c in COLS) + "\n"
 
 
+def clock(seconds: str) -> str:
+    """A time in seconds as sacctmgr prints it: [days-]HH:MM:SS."""
+    d, s = divmod(int(seconds), 86400)
+    text = f"{s // 3600:02d}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    return f"{d}-{text}" if d else text
+
+
 def applied(props: dict, obs: dict, steps) -> dict:
     """The state the steps leave, as sacctmgr would print it (each `set F=V` taken literally,
-    a TRES -1 dropped)."""
+    a TRES -1 dropped, GraceTime's seconds printed as a clock); GraceTime must be set in whole
+    seconds, as sacctmgr refuses anything else ("Invalid value for GraceTime (00:05:00)")."""
     fields = dict(obs["fields"])
     for s in steps:
         if s.argv[2] == "add":
             fields = {f: "" for f in props["fields"]}
         if "set" in s.argv:
             f, _, v = s.argv[-1].partition("=")
+            if f == "GraceTime" and v != "-1":
+                assert v.isdigit(), f"sacctmgr refuses GraceTime={v}"
+                v = clock(v)
             fields[f] = ",".join(p for p in v.split(",") if not p.endswith("=-1")) if v != "-1" else ""
     return {"present": True, "fields": fields}
 
@@ -56,7 +67,7 @@ def test_an_absent_qos_is_added_then_set_field_by_field_and_the_replan_is_empty(
     steps = plan(QOS, obs, QOS["fields"])
     assert steps[0].argv == ["sacctmgr", "-i", "add", "qos", "gpu"]
     assert [s.argv[-1] for s in steps[1:]] == [
-        "GraceTime=00:05:00", "GrpTRES=gres/gpu=8", "MaxTRESPerAccount=gres/gpu=4", "Preempt=low,scavenger",
+        "GraceTime=300", "GrpTRES=gres/gpu=8", "MaxTRESPerAccount=gres/gpu=4", "Preempt=low,scavenger",
         "PreemptMode=requeue", "Priority=10"]
     assert all(s.argv[:6] == ["sacctmgr", "-i", "modify", "qos", "where", "name=gpu"] for s in steps[1:])
     assert plan(QOS, applied(QOS, obs, steps), QOS["fields"]) == []
@@ -89,6 +100,16 @@ def test_an_empty_wish_clears_the_field(field, have, set_):
 def test_equal_values_in_another_spelling_need_nothing():
     assert canonical("GrpTRES", "gres/gpu=8,cpu=4") == canonical("GrpTRES", "cpu=4,gres/gpu=8")
     assert canonical("Preempt", "b,a,a") == "a,b" and canonical("PreemptMode", "REQUEUE") == "requeue"
+
+
+@pytest.mark.parametrize("asked", ["00:05:00", "5:00", "300", "0-00:05:00"])
+def test_grace_time_is_set_in_seconds_and_equal_to_the_clock_sacctmgr_prints(asked):
+    props = {**QOS, "fields": {"GraceTime": asked}}
+    [p] = plan_fields(props, props["fields"], {"GraceTime": ""})
+    assert p.step.argv[-1] == "GraceTime=300"
+    [same] = plan_fields(props, props["fields"], {"GraceTime": "00:05:00"})
+    assert same.step is None
+    assert canonical("GraceTime", "1-00:00:00") == "86400" and canonical("GraceTime", "soon") == "soon"
 
 
 def test_an_unknown_field_is_refused_before_any_read():
