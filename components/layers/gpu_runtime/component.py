@@ -12,6 +12,9 @@ baseline; docs/gpu-probe.md). `GpuRuntime` declares, for the stack's GPU nodes:
   node in parallel, one SSH round trip per node, and judges the documents with
   baseline.py.
 
+The pinned bindings are pynvml_pin.py; what the probes returned, judged into the
+baseline's outputs, probe_runs.py.
+
 Outputs: `healthy_nodes` (stack order) for the Slurm layer, `verdicts` (per node:
 verdict, reasons, count, UUIDs, driver, kernel module, CUDA, BF16, the CUDA runtime
 probe) and fleet-wide `problems`.
@@ -37,16 +40,10 @@ probed, never healthy.
 
 from __future__ import annotations
 
-import base64
-import csv
 import dataclasses
 import hashlib
-import io
-import json
 import posixpath
 from dataclasses import dataclass, field
-from importlib import metadata
-from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 import pulumi
@@ -57,9 +54,8 @@ from ...site import Site
 from .config import GpuRuntimeLayer
 from ...errors import FleetError
 from .probe_source import probe_source
-from .baseline import (
-    FleetVerdict, GpuExpectation, judge_fleet,
-)
+from .probe_runs import UNKNOWN, ProbeRun, baseline_outputs, fleet_verdict, not_known_yet
+from .pynvml_pin import pinned_pynvml
 from ...providers.base import Props, _entry
 from ...providers.payload import Payload
 from ...transport import (
@@ -67,8 +63,6 @@ from ...transport import (
     SudoPasswordRequired, fan_out,
 )
 
-PYNVML_DIST = "nvidia-ml-py"
-DEFAULT_PYNVML_DIR = "/opt/gpu-fleet/lib"
 DEFAULT_PROBE_TIMEOUT_S = 120
 
 #: probe_paths keys -> the probe's arguments; omitted keys keep the probe's defaults, which
@@ -92,47 +86,6 @@ OUTPUT_KEYS = ("verdicts", "healthy_nodes", "failed_nodes", "pending_nodes", "un
                "summary")
 
 
-# ---- the pinned bindings -----------------------------------------------------------------
-
-@dataclass(frozen=True)
-class PinnedPynvml:
-    version: str
-    source: str
-    sha256: str
-    #: the file in the project's virtualenv (what the nodes' Payload ships)
-    path: Path
-
-
-def _record_sha256(dist: metadata.Distribution, name: str) -> Optional[str]:
-    """The hex SHA-256 the wheel's RECORD lists for `name` (None: not listed)."""
-    record = dist.read_text("RECORD") or ""
-    for row in csv.reader(io.StringIO(record)):
-        if row and row[0] == name and len(row) > 1 and row[1].startswith("sha256="):
-            digest = row[1].split("=", 1)[1]
-            return base64.urlsafe_b64decode(digest + "=" * (-len(digest) % 4)).hex()
-    return None
-
-
-def pinned_pynvml() -> PinnedPynvml:
-    """The single-file `pynvml.py` of the project's pinned nvidia-ml-py, checked against its RECORD."""
-    try:
-        dist = metadata.distribution(PYNVML_DIST)
-    except metadata.PackageNotFoundError:
-        raise FleetError(f"{PYNVML_DIST} is not installed in the project's virtualenv "
-                         "(it is pinned in requirements.txt; run `make setup`)") from None
-    path = Path(str(dist.locate_file("pynvml.py")))
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise FleetError(f"cannot read {path} of {PYNVML_DIST} {dist.version}: {e}") from None
-    sha = hashlib.sha256(data).hexdigest()
-    recorded = _record_sha256(dist, "pynvml.py")
-    if recorded is not None and recorded != sha:
-        raise FleetError(f"{path} does not match the RECORD of {PYNVML_DIST} {dist.version} "
-                         f"(sha256 {sha}, recorded {recorded}); reinstall it (`make setup`)")
-    return PinnedPynvml(version=dist.version, source=data.decode("utf-8"), sha256=sha, path=path)
-
-
 # ---- probing -------------------------------------------------------------------------------
 
 def probe_args(paths: Optional[Mapping[str, str]]) -> list[str]:
@@ -154,13 +107,6 @@ def probe_command(props: Props) -> list[str]:
     return ["timeout", "-k", "5", str(int(props["probe_timeout_s"])), "env",
             f"PYTHONPATH={props['pynvml_dir']}", "PYTHONDONTWRITEBYTECODE=1",
             "python3", "-", *probe_args(props.get("probe_paths"))]
-
-
-@dataclass(frozen=True)
-class ProbeRun:
-    node: str
-    document: Optional[str] = None  # the probe's stdout when it exited 0
-    failure: Optional[str] = None   # why no document: exit code and output, naming the node
 
 
 def _tail(text: str, n: int = 600) -> str:
@@ -191,67 +137,6 @@ def probe_node(conn: Connection, props: Props) -> ProbeRun:
         err = f" (stderr: {_tail(res.stderr)})" if res.stderr.strip() else ""
         return ProbeRun(name, failure=f"node {name}: the probe printed nothing{err}")
     return ProbeRun(name, document=res.stdout)
-
-
-# ---- the verdict (pure) ----------------------------------------------------------------------
-
-def expectations(props: Props) -> dict[str, GpuExpectation]:
-    return {
-        n["name"]: GpuExpectation(
-            node=n["name"], gpu_count=int(n["gpu_count"]), gpu_model=n["gpu_model"],
-            driver_version=props["driver_version"], cuda_runtime=props["cuda_runtime"],
-            required_cgroup_controllers=tuple(props.get("required_cgroup_controllers") or ()),
-            require_ntp=bool(props.get("require_ntp")))
-        for n in props["nodes"]
-    }
-
-
-def fleet_verdict(props: Props, runs: Mapping[str, ProbeRun]) -> FleetVerdict:
-    """Judge what the probes returned; a node without a document fails with the reason why."""
-    docs = {n: r.document for n, r in runs.items() if r.document is not None}
-    fv = judge_fleet(expectations(props), docs, pending=props.get("pending") or [])
-    nodes = dict(fv.nodes)
-    for n, r in runs.items():
-        if r.document is None and n in nodes:
-            assert r.failure is not None  # probe_node: a run without a document says why
-            nodes[n] = dataclasses.replace(nodes[n], status="failed", reasons=(r.failure,))
-    return dataclasses.replace(fv, nodes=nodes)
-
-
-#: a refresh's verdict for a node whose prerequisite the layer itself installs is missing
-UNKNOWN = "unknown"
-
-
-def not_known_yet(props: Props, runs: Mapping[str, ProbeRun], fv: FleetVerdict) -> FleetVerdict:
-    """A refresh (read) that finds the layer's own prerequisite missing on a node (pynvml not
-    importable: a node re-imaged, or this layer never applied there) says nothing about its
-    GPUs: the node is `unknown`, not failed, and the next `up` probes it again once the layer
-    has put pynvml back (diff sees `unknown` and updates, after the pynvml files)."""
-    nodes = dict(fv.nodes)
-    for n, v in fv.nodes.items():
-        doc = r.document if (r := runs.get(n)) else None
-        try:
-            importable = (json.loads(doc).get("pynvml") or {}).get("importable") if doc else None
-        except ValueError:
-            importable = None
-        if v.status == "failed" and importable is False:
-            nodes[n] = dataclasses.replace(v, status=UNKNOWN, reasons=(
-                f"node {n}: not known yet: pynvml is not installed in {props['pynvml_dir']}; probed "
-                "again once this layer has put it back",))
-    return dataclasses.replace(fv, nodes=nodes)
-
-
-def baseline_outputs(fv: FleetVerdict) -> dict[str, Any]:
-    summary = fv.report().splitlines()[0]
-    return {
-        "verdicts": {n: v.output() for n, v in fv.nodes.items()},
-        "healthy_nodes": fv.passed,
-        "failed_nodes": fv.failed,
-        "pending_nodes": fv.pending,
-        "unknown_nodes": fv.names(UNKNOWN),
-        "problems": list(fv.problems),
-        "summary": summary,
-    }
 
 
 def inputs_of(props: Props) -> Props:
