@@ -46,8 +46,7 @@ from . import readable
 from ..transport import Connection, SshTarget, connection
 from ..transport.command import Piece, display
 from ..transport.sequence import run_sequence
-from ..transport.ssh import Result
-from ..transport.target import acting_for
+from ..transport.target import Result, acting_for
 
 Props = dict[str, Any]
 Observed = dict[str, Any]
