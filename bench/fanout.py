@@ -61,7 +61,7 @@ def labels_to_layers(proj: PulumiProject) -> dict[tuple[str, str], str]:
     provider puts in the command log (components/providers/base.py `_label`)."""
     import dill
 
-    from components.providers.base import _label, target_of
+    from components.providers.parts import _label, target_of
 
     state = json.loads(proj.run("stack", "export", "--stack", STACK, "--show-secrets").stdout)
     out = {}

@@ -232,6 +232,7 @@ from . import providers as _providers  # noqa: F401  (every primitive, so every 
 from .layers.slurm import canary as _canary  # noqa: F401
 from .layers.gpu_runtime import component as _gpu
 from .providers import base as _base
+from .providers import parts as _parts
 
 
 from .transport import ssh as _ssh
@@ -250,16 +251,16 @@ def _converged(self, props):
     desired = self.desired(props)
     public = self.public_inputs(props)
     shadowed = {k: public[k] for k in desired if public.get(k) is not None}
-    return {**public, **desired, _base.INPUTS: shadowed}
+    return {**public, **desired, _parts.INPUTS: shadowed}
 
 
 def _create(self, props):
-    props = _base.normalize(props)
+    props = _parts.normalize(props)
     return _base.CreateResult(id_=f"{props['conn']['name']}:{self.key(props)}", outs=self._bench_outs(props))
 
 
 def _update(self, _id, olds, news):
-    return _base.UpdateResult(outs=self._bench_outs(_base.normalize(news)))
+    return _base.UpdateResult(outs=self._bench_outs(_parts.normalize(news)))
 
 
 def _subclasses(cls):

@@ -16,7 +16,8 @@ from pulumi.dynamic import Resource
 
 from ..scripts import script
 from ..kit import sh
-from .base import HostPrimitive, Observed, PlanRefused, Props, Step
+from .base import HostPrimitive
+from .parts import Observed, PlanRefused, Props, Step
 
 _PROBE = script(__file__, "account_probe.sh")
 

@@ -32,7 +32,9 @@ from pulumi.dynamic import DiffResult, Resource, UpdateResult
 
 from ..transport.command import Piece, shell_join
 from .account import AccountProvider
-from .base import FleetError, HostPrimitive, Observed, Props, Step, _entry, run_steps, target_of
+from ..errors import FleetError
+from .base import HostPrimitive
+from .parts import Observed, Props, Step, _entry, run_steps, target_of
 from .file import FileProvider, stored_source
 
 MIGRATE = "make migrate STACK=<stack>"

@@ -19,7 +19,8 @@ from pulumi.dynamic import Resource
 
 from ..transport import HostError
 from ..transport.command import Piece, display, mask, secrets_of
-from .base import HostPrimitive, NotConverged, Observed, Props, Step, _entry, run_steps
+from .base import HostPrimitive
+from .parts import NotConverged, Observed, Props, Step, _entry, run_steps
 
 
 def inputs_hash(props: Props) -> str:

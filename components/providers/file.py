@@ -26,7 +26,8 @@ from pulumi.dynamic import Resource
 
 from ..scripts import script
 from ..kit import sh
-from .base import HostPrimitive, Observed, PlanRefused, Props, Step
+from .base import HostPrimitive
+from .parts import Observed, PlanRefused, Props, Step
 from .stored import store_text
 
 BACKUP_DIR = "/var/lib/gpu-fleet/backup"

@@ -25,7 +25,8 @@ from ..facts import shell
 from ..facts.dpkg import parse_dpkg_status
 from ..scripts import script
 from ..kit import sh
-from .base import HostPrimitive, Observed, PlanRefused, Props, Step, _entry, target_of
+from .base import HostPrimitive
+from .parts import Observed, PlanRefused, Props, Step, _entry, target_of
 
 APT_ENV = ["env", "DEBIAN_FRONTEND=noninteractive", "NEEDRESTART_MODE=a"]
 #: apt waits for another apt on the same host (two package sets of two layers) instead of failing

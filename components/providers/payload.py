@@ -24,7 +24,7 @@ import pulumi
 from pulumi.dynamic import Resource
 
 from ..kit import sh
-from .base import Observed, Props, Step
+from .parts import Observed, Props, Step
 from .file import FileProvider
 
 #: compiles argv[1] into its __pycache__ (importlib's path for this python3), checked by hash

@@ -23,7 +23,8 @@ import pulumi
 from pulumi.dynamic import Resource
 
 from ..facts.sacctmgr import parse_parsable2, show_argv
-from .base import HostPrimitive, Observed, PlanRefused, Props, Step
+from .base import HostPrimitive
+from .parts import Observed, PlanRefused, Props, Step
 
 #: the fields each kind manages, by sacctmgr's names (format= and set take the same)
 FIELDS = {

@@ -19,7 +19,8 @@ from ..errors import FleetError
 from ..facts.systemd import parse_show
 from ..scripts import script
 from ..kit import sh
-from .base import HostPrimitive, NotConverged, Observed, Props, Step, _entry, run_steps
+from .base import HostPrimitive
+from .parts import NotConverged, Observed, Props, Step, _entry, run_steps
 from .file import sha256_text, sha256sum_line, write_step
 
 UNIT_DIR = "/etc/systemd/system"

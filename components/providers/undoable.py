@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from pulumi.dynamic import UpdateResult
 
-from .base import HostProvider, Props, _entry
+from .base import HostProvider
+from .parts import Props, _entry
 
 
 class ActionWithUndo(HostProvider):

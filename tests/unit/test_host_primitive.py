@@ -18,7 +18,8 @@ import pytest
 from components.errors import FleetError
 from components.providers import file as file_module
 from components.providers.account import AccountProvider, parse_account_probe
-from components.providers.base import INPUTS, RolloutCheck
+from components.providers.base import RolloutCheck
+from components.providers.parts import INPUTS
 from components.providers.command import CommandWithVerifyProvider
 from components.providers.file import FileProvider, backup_path, sha256_text
 from components.transport import MASK, SshTarget, display

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from components.providers.account import AccountProvider, parse_account_probe
-from components.providers.base import PlanRefused
+from components.providers.parts import PlanRefused
 from components.providers.command import CommandWithVerifyProvider
 from components.providers.file import FileProvider, backup_path, sha256_text
 from components.providers.packages import (

@@ -44,7 +44,8 @@ from components.layers.storage.datasets import ZfsDatasetsProvider, marker_text
 from components.providers import base
 from components.providers import file as file_module
 from components.providers.account import AccountProvider
-from components.providers.base import HostPrimitive, recorded_inputs
+from components.providers.base import HostPrimitive
+from components.providers.parts import recorded_inputs
 from components.providers import bundle as bundle_module
 from components.providers.bundle import AccountsProvider, BundleProvider, FilesProvider
 from components.providers.stored import store_text

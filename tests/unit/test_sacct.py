@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.providers.base import PlanRefused
+from components.providers.parts import PlanRefused
 from components.providers.sacct import SacctObjectProvider, canonical, parse, plan, plan_fields, probe_argv
 
 QOS = {"kind": "qos", "name": "gpu", "account": None, "cluster": None,

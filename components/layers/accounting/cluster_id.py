@@ -27,7 +27,8 @@ import pulumi
 from pulumi.dynamic import UpdateResult
 
 from ...errors import FleetError
-from ...providers.base import Props, RolloutCheck, _entry, target_of
+from ...providers.base import RolloutCheck
+from ...providers.parts import Props, _entry, target_of
 from ...scripts import script
 from ..slurm.render import SLURM_ETC, STATE_SAVE_LOCATION
 from ...kit import sh

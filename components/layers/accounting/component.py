@@ -37,7 +37,8 @@ from ...errors import FleetError
 from ...scripts import script
 from ...site import Site
 from ...providers import Account, CommandWithVerify, File, PackageSet, SystemdUnit
-from ...providers.base import Props, RolloutCheck, target_of
+from ...providers.base import RolloutCheck
+from ...providers.parts import Props, target_of
 from ..slurm.render import HEADER
 from ..slurm.upgrades import SlurmPackagesProvider, own_packages
 from ...transport import connection

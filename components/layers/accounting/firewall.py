@@ -24,7 +24,8 @@ from pulumi.dynamic import Resource
 
 from ...config.hosts import Hosts, HostSpec, NodeSpec
 from ...errors import FleetError
-from ...providers.base import Props, RolloutCheck, target_of
+from ...providers.base import RolloutCheck
+from ...providers.parts import Props, target_of
 from ..slurm.render import HEADER
 from .config import AccountingLayer
 from ...transport import FanOutError, SshTarget, fan_out

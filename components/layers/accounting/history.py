@@ -30,7 +30,7 @@ import pulumi
 from pulumi.dynamic import Resource
 
 from ...errors import FleetError
-from ...providers.base import Props, target_of
+from ...providers.parts import Props, target_of
 from ...providers.undoable import ActionWithUndo
 from ...scripts import script
 from ...transport import connection

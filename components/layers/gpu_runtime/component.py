@@ -56,7 +56,7 @@ from ...errors import FleetError
 from .probe_source import probe_source
 from .probe_runs import UNKNOWN, ProbeRun, baseline_outputs, fleet_verdict, not_known_yet
 from .pynvml_pin import pinned_pynvml
-from ...providers.base import Props, _entry
+from ...providers.parts import Props, _entry
 from ...providers.payload import Payload
 from ...transport import (
     AuthFailed, Connection, FanOutError, HostError, HostKeyMismatch, HostUnreachable, SshTarget,

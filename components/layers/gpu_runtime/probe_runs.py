@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from ...providers.base import Props
+from ...providers.parts import Props
 from .baseline import judge_fleet
 from .verdicts import FleetVerdict, GpuExpectation
 

@@ -28,7 +28,8 @@ import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
 
 from ...errors import FleetError
-from ...providers.base import PlanRefused, Props, RolloutCheck, _entry, conn_change
+from ...providers.base import RolloutCheck
+from ...providers.parts import PlanRefused, Props, _entry, conn_change
 from ...providers.undoable import ActionWithUndo
 from ...scripts import script
 from ...kit import bash, connect

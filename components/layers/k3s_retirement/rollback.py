@@ -11,7 +11,7 @@ from typing import Any
 
 from ...errors import FleetError
 from ...kit import bash, connect
-from ...providers.base import Props
+from ...providers.parts import Props
 from ...scripts import script, sections
 from ...transport import Connection
 from .bundle import MARKER, count_problems, node_ready, object_name

@@ -9,7 +9,7 @@ import time
 
 from ...errors import FleetError
 from ...kit import bash
-from ...providers.base import Props
+from ...providers.parts import Props
 from ...scripts import script
 from ...transport import Connection
 from .bundle import Layout

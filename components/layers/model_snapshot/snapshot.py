@@ -20,7 +20,8 @@ import pulumi
 from pulumi.dynamic import ReadResult, Resource
 
 from ...errors import FleetError
-from ...providers.base import Props, RolloutCheck, _entry, target_of
+from ...providers.base import RolloutCheck
+from ...providers.parts import Props, _entry, target_of
 from ...scripts import script, sections
 from ...transport import FanOutError, SshTarget, connection, fan_out
 from ...kit import sh

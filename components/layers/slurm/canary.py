@@ -35,7 +35,8 @@ from ...config.hosts import GpuSpec
 from ...errors import FleetError
 from ...facts.scontrol import parse_show_oneliner
 from ...kit import sh
-from ...providers.base import Props, RolloutCheck, target_of
+from ...providers.base import RolloutCheck
+from ...providers.parts import Props, target_of
 from ...scripts import script
 from ...site import Site
 from ...transport import FanOutError, SshTarget, connection, fan_out

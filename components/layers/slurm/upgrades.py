@@ -25,7 +25,7 @@ from typing import Optional
 
 from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider, UpdateResult
 
-from ...providers.base import PlanRefused, Props, _entry
+from ...providers.parts import PlanRefused, Props, _entry
 from ...providers.packages import PackageSetProvider
 from ...transport import HostError, SshTarget, fan_out
 

@@ -22,7 +22,8 @@ from pulumi.dynamic import Resource
 
 from .config import StorageLayer
 from ...errors import FleetError
-from ...providers.base import Props, RolloutCheck, target_of
+from ...providers.base import RolloutCheck
+from ...providers.parts import Props, target_of
 from ...facts import shell
 from ...facts.mounts import parse_findmnt
 from ...scripts import script, sections

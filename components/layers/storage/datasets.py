@@ -24,7 +24,8 @@ from typing import Any, Optional
 import pulumi
 from pulumi.dynamic import Resource
 
-from ...providers.base import HostPrimitive, Observed, PlanRefused, Props, Step
+from ...providers.base import HostPrimitive
+from ...providers.parts import Observed, PlanRefused, Props, Step
 from ...facts import shell
 from ...facts.mounts import parse_findmnt
 from ...facts.zfs import parse_zfs_get, parse_zpool_list

@@ -13,7 +13,8 @@ import pulumi
 from pulumi.dynamic import Resource
 
 from ...errors import FleetError
-from ...providers.base import Props, RolloutCheck
+from ...providers.base import RolloutCheck
+from ...providers.parts import Props
 from ...scripts import sections
 from .remote import CHECK, connect as _c, bash
 READS = ("/", "/api/nodes", "/api/partitions", "/api/jobs")

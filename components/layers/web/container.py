@@ -16,7 +16,8 @@ import pulumi
 from pulumi.dynamic import Resource
 
 from ...errors import FleetError
-from ...providers.base import HostProvider, Props
+from ...providers.base import HostProvider
+from ...providers.parts import Props
 from ...transport import Connection
 from .remote import LIFECYCLE, READBACK, connect as _c, bash
 from .runtime import judge, parse_readback

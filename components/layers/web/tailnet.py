@@ -18,7 +18,8 @@ from typing import Any, Optional
 import pulumi
 from pulumi.dynamic import Resource
 
-from ...providers.base import Props, RolloutCheck
+from ...providers.base import RolloutCheck
+from ...providers.parts import Props
 from .container import WebProvider
 from .remote import TAILNET, connect, bash
 

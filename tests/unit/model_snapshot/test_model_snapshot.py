@@ -23,7 +23,7 @@ from components.errors import FleetError
 from components.layers.model_snapshot import snapshot as S
 from components.layers.model_snapshot.onhost import verify
 from components.providers import file as file_module
-from components.providers.base import PlanRefused
+from components.providers.parts import PlanRefused
 from components.providers.payload import PayloadProvider, sha256_file
 from components.scripts import sections
 from components.transport import SshTarget

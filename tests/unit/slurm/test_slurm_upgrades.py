@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from components.layers.slurm.upgrades import SlurmPackagesProvider, major, upgradable_from
-from components.providers.base import PlanRefused
+from components.providers.parts import PlanRefused
 from components.providers.packages import PackageSetProvider, parse_package_probe
 
 CONN = {"name": "node1", "address": "10.0.0.1"}
@@ -82,7 +82,7 @@ def test_a_set_without_the_rule_moves_anything():
 
 
 def test_the_slurm_sets_are_package_sets_in_errors_and_the_command_log():
-    from components.providers.base import kind_of
+    from components.providers.parts import kind_of
     assert kind_of(SlurmPackagesProvider()) == kind_of(PackageSetProvider()) == "PackageSet"
 
 

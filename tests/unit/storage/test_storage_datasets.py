@@ -6,7 +6,7 @@ import pytest
 
 from components.layers.storage.checks import judge_client
 from components.layers.storage.datasets import ZfsDatasetsProvider, marker_text
-from components.providers.base import PlanRefused
+from components.providers.parts import PlanRefused
 
 PROPS = {
     "conn": {"name": "storage", "address": "10.213.57.10"}, "pool": "ai", "data_dirs": ["jobs", "inputs"],
