@@ -23,6 +23,7 @@ import pulumi
 from pulumi.dynamic import Resource
 
 from ..facts.sacctmgr import parse_parsable2, show_argv
+from ..kit import sh
 from .base import HostPrimitive
 from .parts import Observed, PlanRefused, Props, Step
 
@@ -178,6 +179,21 @@ def delete_argv(props: Props) -> list[str]:
     return ["sacctmgr", "-i", "delete", props["kind"], "where", *where(props)]
 
 
+#: deleting an account's association on one cluster leaves the account's own record (sacctmgr
+#: still shows it); the record goes too once no cluster holds the account any more
+_DROP_UNUSED_ACCOUNT = ('sacctmgr -n -P show association where account="$1" format=Cluster | grep -q . '
+                        '|| sacctmgr -i delete account where name="$1"')
+
+
+def delete_steps(props: Props) -> list[Step]:
+    """Remove an object create added: its association (or QOS), then an account left unused."""
+    steps = [Step(delete_argv(props), f"remove {props['kind']} {props['name']} (created here)")]
+    if props["kind"] == "account":
+        steps.append(Step(sh(_DROP_UNUSED_ACCOUNT, props["name"]),
+                          f"remove account {props['name']}'s record once no cluster holds it"))
+    return steps
+
+
 class SacctObjectProvider(HostPrimitive):
     """One QOS, account or user association in slurmdbd, reached through the controller."""
 
@@ -214,7 +230,7 @@ class SacctObjectProvider(HostPrimitive):
         if not obs["present"]:
             return []
         if props.get("created"):
-            return [Step(delete_argv(props), f"remove {props['kind']} {props['name']} (created here)")]
+            return delete_steps(props)
         return plan(props, obs, props.get("before") or {})
 
 

@@ -126,3 +126,23 @@ def test_delete_removes_what_create_added_and_restores_what_it_found():
     assert [s.argv[-1] for s in p.plan_delete(found, there)] == ["MaxJobs=2"]
     assert p.plan_delete({**USER, "created": True}, {"present": False, "fields": {}}) == []
     assert p.remember(USER, there) == {"created": False, "before": {"MaxJobs": "4"}}
+
+
+def test_an_account_created_here_loses_its_record_once_no_cluster_holds_it(tmp_path):
+    """sacctmgr keeps an account's record after its last association goes (the lab: `show account`
+    still listed it after destroy); the second step removes it only when no cluster holds it."""
+    import subprocess
+
+    acct = {"kind": "account", "name": "gf", "account": None, "cluster": "lab", "fields": {}}
+    steps = SacctObjectProvider().plan_delete({**acct, "created": True}, {"present": True, "fields": {}})
+    assert steps[0].argv == ["sacctmgr", "-i", "delete", "account", "where", "name=gf", "cluster=lab"]
+    stub = tmp_path / "sacctmgr"
+    for held, deleted in (("other\n", False), ("", True)):
+        log = tmp_path / "calls"
+        log.write_text("")
+        stub.write_text(f"#!/bin/sh\necho \"$*\" >> {log}\n[ \"$3\" = show ] && printf '{held}'\nexit 0\n")
+        stub.chmod(0o755)
+        subprocess.run(steps[1].argv, check=True, env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+        calls = log.read_text().splitlines()
+        assert calls[0] == "-n -P show association where account=gf format=Cluster"
+        assert (calls[1:] == ["-i delete account where name=gf"]) is deleted, calls
