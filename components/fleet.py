@@ -143,9 +143,16 @@ class Fleet(pulumi.ComponentResource):
             after.extend(self.guards.checks.values())  # the partitions open on guarded nodes only
         if self.model is not None:
             after.append(self.model.view)
+        if self.web is not None:
+            after.append(self.web.check)
         self.acceptance = Acceptance("acceptance", AcceptanceInputs(
-            job=job.at(final_paths), enabled=cfg.acceptance.enabled, admitted=self.slurm.admitted,
-            after=after, triggers=self.slurm.triggers), child).outputs
+            job=job.at(final_paths), acceptance=cfg.acceptance, admitted=self.slurm.admitted,
+            refused=self.admission.refused, after=after, triggers=self.slurm.triggers,
+            device_prefix=cfg.slurm.gpu_device_prefix, slurm_version=cfg.slurm.release.version,
+            pynvml_dir=cfg.gpu_runtime.pynvml_dir if self.gpu is not None else None,
+            gpu_verdicts=self.gpu.verdicts if self.gpu is not None else None,
+            web_seen=self.web.check.seen if self.web is not None else None,
+            k3s=self.k3s is not None), child).outputs
         self.register_outputs({"summary": self.summary})
 
     def built(self) -> list[Exports]:

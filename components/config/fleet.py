@@ -13,7 +13,7 @@ from typing import Annotated, Callable, Optional
 
 from pydantic import Field, PrivateAttr
 
-from ..layers.acceptance.config import AcceptanceLayer
+from ..layers.acceptance.config import AcceptanceLayer, check as acceptance_check
 from ..layers.accounting.config import AccountingLayer, check as accounting_check
 from ..layers.gpu_runtime.config import GpuRuntimeLayer
 from ..layers.guards.config import GuardsLayer, check as guards_check
@@ -70,7 +70,7 @@ class FleetConfig(Strict):
     k3s_retirement: Annotated[K3sRetirementLayer, Layer(k3s_check)] = K3sRetirementLayer()
     web: Annotated[WebLayer, Layer(web_check)] = WebLayer()
     guards: Annotated[GuardsLayer, Layer(guards_check)] = GuardsLayer()
-    acceptance: Annotated[AcceptanceLayer, Layer()] = AcceptanceLayer()
+    acceptance: Annotated[AcceptanceLayer, Layer(acceptance_check)] = AcceptanceLayer()
 
     @property
     def nodes_file(self) -> Optional[tuple[str, str]]:

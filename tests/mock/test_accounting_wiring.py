@@ -19,7 +19,7 @@ def test_accounting_is_ready_before_slurmctld_and_builds_on_the_controller_base(
         assert graph.before("storage-munge", "restd-account")
         # slurmrestd and the verification come after slurmctld, the final acceptance after both
         assert graph.before("storage-slurmctld", "slurmrestd")
-        assert graph.before("accounting-check", "canary-acceptance")
+        assert graph.before("accounting-check", "fleet-acceptance")
 
     return settled(fleet).apply(check)
 
@@ -33,4 +33,4 @@ def test_without_accounting_slurmctld_waits_on_nothing_of_it(graph):
         assert not any(n.startswith(("slurmdbd", "cluster-id", "accounting")) for n in graph.inputs)
         assert graph.deps["storage-slurmctld"] >= {"storage-munge", "storage-slurm.conf"}
 
-    return pulumi.Output.all(fleet.acceptance.canary.urn).apply(check)
+    return pulumi.Output.all(fleet.acceptance.fleet.urn).apply(check)

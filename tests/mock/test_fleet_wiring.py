@@ -18,7 +18,7 @@ def test_each_layer_is_a_direct_child_of_the_fleet(graph):
             assert graph.chain[name] == f"gpu-fleet:index:Fleet${typ}", name
         # no layer's resource hangs under another layer
         assert graph.chain["cluster-id"].startswith("gpu-fleet:accounting:Accounting$")
-        assert graph.chain["canary-acceptance"].startswith("gpu-fleet:acceptance:Acceptance$")
+        assert graph.chain["fleet-acceptance"].startswith("gpu-fleet:acceptance:Acceptance$")
         assert graph.chain["canary-first"].startswith("gpu-fleet:slurm:SlurmCluster$")
 
     return settled(fleet).apply(check)

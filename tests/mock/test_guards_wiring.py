@@ -18,7 +18,7 @@ def test_guards_start_after_every_slurmd_and_the_partitions_open_only_on_guarded
             for slurmd in ("gpu01-slurmd", "gpu02-slurmd", "gpu03-slurmd", "slurm-reconfigure"):
                 assert graph.before(slurmd, f"{n}-guard"), (slurmd, n)
             assert graph.before(f"{n}-guard-unit", f"{n}-guard-check")
-            assert graph.before(f"{n}-guard-check", "canary-acceptance"), n
+            assert graph.before(f"{n}-guard-check", "fleet-acceptance"), n
             assert not graph.before(f"{n}-guard-check", "canary-first"), n  # the gate does not wait on them
 
     return settled(fleet).apply(check)

@@ -72,7 +72,7 @@ def stack(model: dict | None = MODEL) -> dict:
 
 
 def settled(fleet: Fleet) -> pulumi.Output:
-    outs = [fleet.acceptance.canary.urn, fleet.accounting.checked.urn]
+    outs = [fleet.acceptance.fleet.urn, fleet.accounting.checked.urn]
     if fleet.model is not None:
         outs += [fleet.model.view.urn, fleet.model.snapshot.urn]
     return pulumi.Output.all(*outs)
@@ -111,7 +111,7 @@ def test_the_layer_declares_its_resources_on_the_storage_host_in_order(model_gra
         assert "model-downloader-unit" in g.deps["model-snapshot"]
         assert {"model-snapshot", "storage-clients"} <= g.deps["model-snapshot-view"]
         # the final acceptance waits for every node's view; the canary-first gate does not
-        assert g.before("model-snapshot-view", "canary-acceptance")
+        assert g.before("model-snapshot-view", "fleet-acceptance")
         assert not g.before("model-snapshot", "canary-first")
         assert not g.before("model-downloader-wheels", "canary-first")
 
@@ -179,7 +179,7 @@ def test_the_final_acceptance_reads_the_snapshots_marker_the_canary_gate_the_sto
     assert fleet.model.job_paths.marker == f"{SNAP}/model_index.json"
 
     def check(_):
-        job = g.inputs["canary-acceptance"]
+        job = g.inputs["fleet-acceptance"]
         assert (job["marker"], job["job_root"], job["readonly_probe"]) == (
             f"{SNAP}/model_index.json", "/mnt/data/jobs", SNAP)
         first = g.inputs["canary-first"]
@@ -195,7 +195,7 @@ def test_a_custom_marker(model_graph):
     fleet = build(stack({**MODEL, "marker": "unet/config.json"}))
 
     def check(_):
-        assert g.inputs["canary-acceptance"]["marker"] == f"{SNAP}/unet/config.json"
+        assert g.inputs["fleet-acceptance"]["marker"] == f"{SNAP}/unet/config.json"
         assert g.inputs["model-snapshot-view"]["marker"] == "unet/config.json"
 
     return settled(fleet).apply(check)
@@ -223,7 +223,7 @@ def test_without_the_layer_the_models_dataset_stays_read_only(model_graph):
     def check(_):
         assert models_readonly(g) == "on"
         assert not any(n.startswith("model-") for n in g.inputs)
-        assert g.inputs["canary-acceptance"]["marker"] == "/mnt/models/.gpu-fleet-store"
+        assert g.inputs["fleet-acceptance"]["marker"] == "/mnt/models/.gpu-fleet-store"
 
     return settled(fleet).apply(check)
 

@@ -57,11 +57,12 @@ def test_only_the_final_acceptance_opens_partitions(graph):
     fleet = build(RAW)
 
     def check(_):
-        jobs = {n: i for n, i in graph.inputs.items() if "partitions" in i and "open_partitions" in i}
-        assert sorted(jobs) == ["canary-acceptance", "canary-first"]
+        jobs = {n: i for n, i in graph.inputs.items() if "partitions" in i and "user" in i}
+        assert sorted(jobs) == ["canary-first", "fleet-acceptance"]
         assert jobs["canary-first"]["open_partitions"] is False
-        assert jobs["canary-acceptance"]["open_partitions"] is True
+        # the final acceptance judges every admitted node and is what sets the partitions UP
+        assert sorted(jobs["fleet-acceptance"]["nodes"]) == ["gpu01", "gpu02", "gpu03"]
         for n in ("slurm-reconfigure", "gpu02-slurmd", "gpu03-slurmd", "accounting-check"):
-            assert graph.before(n, "canary-acceptance"), n
+            assert graph.before(n, "fleet-acceptance"), n
 
     return settled(fleet).apply(check)

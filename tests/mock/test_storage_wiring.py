@@ -42,9 +42,9 @@ def test_storage_comes_first_and_gates_admission(stored_graph):
                 assert g.before("storage-exports", f"{h}-{d}-mount")
                 assert g.before(f"{h}-{d}-mount", "storage-clients")
         assert out == {"admitted": ["gpu01", "gpu02"], "refused": {"gpu03": "storage: /mnt/data is not mounted"}}
-        job = g.inputs["canary-acceptance"]
+        job = g.inputs["fleet-acceptance"]
         assert (job["marker"], job["job_root"], job["readonly_probe"]) == \
             ("/mnt/models/.gpu-fleet-store", "/mnt/data/jobs", "/mnt/models")
         assert g.inputs["canary-first"]["job_root"] == "/mnt/data/jobs"
 
-    return pulumi.Output.all(fleet.admission.exports()["admission"], fleet.acceptance.canary.urn).apply(lambda t: check(t[0]))
+    return pulumi.Output.all(fleet.admission.exports()["admission"], fleet.acceptance.fleet.urn).apply(lambda t: check(t[0]))

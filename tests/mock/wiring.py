@@ -79,4 +79,4 @@ def build(raw: dict) -> Fleet:
 
 def settled(fleet: Fleet) -> pulumi.Output:
     """Resolves once the last resources of the tree (the final acceptance) are registered."""
-    return pulumi.Output.all(fleet.acceptance.canary.urn, fleet.accounting.checked.urn)
+    return pulumi.Output.all(fleet.acceptance.fleet.urn, fleet.accounting.checked.urn)

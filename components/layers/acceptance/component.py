@@ -1,71 +1,130 @@
 """The acceptance layer: the fleet's final acceptance, the only thing that opens partitions.
 
-It runs once everything Slurm serves with is in place (the Slurm layer's
-reconfigure and, with accounting, the accounting verification): the seed's
-single-GPU job on the stack's canary node if admitted (else the first admitted
-GPU node), every admitted node registered and idle first. Passing sets the
-production partitions UP; failing sets them INACTIVE and fails the deployment
-(components/layers/slurm/canary.py). It runs again whenever anything the
-Slurm layer applied changes (`triggers`), and not at all when nothing did.
+Once everything Slurm serves with is in place (the Slurm layer's reconfigure and, with
+accounting, the accounting verification; the guards, the model view, the web check), every
+admitted node runs an exclusive job of its own, all at once, that proves from inside the job
+what the seed's criteria ask of a node (provider.py, node_checks.py), then one job spans every
+node that passed. Nodes that fail are drained and left out; the partitions open when at least
+`min_nodes` passed. The verdict is the stack output `acceptance` and a report beside the state
+(`.state/artifacts/acceptance/<stack>.html` and `.json`) with the seven criteria.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import pulumi
+from pulumi.dynamic import Resource
 
-from ...site import Site
-from ..slurm.canary import CanaryJob, JobSpec
+from ...kit import sha256
+from ..slurm.canary import JobSpec
+from ..slurm.render import ACCEPTANCE_PARTITION
+from .config import AcceptanceLayer
+from .provider import _FLEET_JOBS, _NODE_JOB, _STEP, FleetAcceptanceProvider, node_hash_input
+
+REPORT_DIR = (".state", "artifacts", "acceptance")
 
 
 @dataclass(frozen=True, kw_only=True)
 class AcceptanceInputs:
-    #: how the job runs (site, the Slurm layer's canary user and partitions, acceptance's timeout,
+    #: how jobs run (site, the Slurm layer's canary user and partitions, acceptance's timeout,
     #: the store's paths), shared with the Slurm layer's canary-first gate
     job: JobSpec
-    #: acceptance.enabled: off, no job runs
-    enabled: bool
+    acceptance: AcceptanceLayer
     admitted: pulumi.Output[list]
-    #: what the job must come after: the Slurm layer's reconfigure, accounting's check
+    #: admission's refusals (node -> why): criterion 1 is not met while one is out
+    refused: pulumi.Output[dict]
+    #: what the jobs must come after: the Slurm layer's reconfigure, accounting's check, ...
     after: Sequence[pulumi.Resource]
-    #: hashes of what the Slurm layer applied; a change re-runs the job
+    #: hashes of what the Slurm layer applied; a change judges every node again
     triggers: Mapping[str, pulumi.Input]
+    #: slurm.gpu_device_prefix and slurm.release.version
+    device_prefix: str
+    slurm_version: str
+    #: the GPU layer's pynvml and per-node verdicts (UUIDs by index); None without the layer
+    pynvml_dir: Optional[str] = None
+    gpu_verdicts: Optional[pulumi.Output[dict]] = None
+    #: what the web layer's check saw (None without the layer); whether K3s nodes were retired
+    web_seen: Optional[pulumi.Output[Any]] = None
+    k3s: bool = False
 
 
 @dataclass(frozen=True)
 class AcceptanceOutputs:
-    #: None when the stack has no GPU node to accept on, or acceptance is off
-    canary: Optional[CanaryJob]
+    #: None when acceptance is off or no node is in a partition
+    fleet: Optional[FleetAcceptance]
 
     def exports(self) -> dict[str, pulumi.Input]:
-        """`canary`, where a job runs."""
-        c = self.canary
-        if c is None:
+        """`acceptance`: per node passed, job ids and each check with what was seen."""
+        f = self.fleet
+        if f is None:
             return {}
-        return {"canary": pulumi.Output.all(c.passed, c.job_id, c.cuda_visible_devices, c.cgroup).apply(
-            lambda t: {"passed": t[0], "jobId": t[1], "cudaVisibleDevices": t[2], "cgroup": t[3]})}
+        return {"acceptance": pulumi.Output.all(f.results, f.fleet_job, f.accepted, f.failed, f.criteria).apply(
+            lambda t: {"accepted": t[2], "failed": t[3],
+                       "nodes": {n: {"passed": r["passed"], "jobs": r["jobs"],
+                                     "checks": {c["name"]: {"passed": c["passed"], "seen": c["seen"]}
+                                                for c in r["checks"]}} for n, r in (t[0] or {}).items()},
+                       "fleetJob": t[1], "criteria": {str(int(c["id"])): c["status"] for c in t[4] or []}})}
 
 
-def pick_canary(site: Site, admitted: list[str]) -> str:
-    """The stack's canary if admitted, else the first admitted GPU node ('' if none)."""
-    for n in [*site.canary_nodes(), *site.slurm_nodes()]:
-        if n.name in admitted and n.gpus:
-            return n.name
-    return ""
+class FleetAcceptance(Resource, module="acceptance", name="FleetAcceptance"):
+    """Every admitted node's job, the all-node job, the verdict (FleetAcceptanceProvider)."""
+
+    results: pulumi.Output[dict]
+    fleet_job: pulumi.Output[Optional[dict]]
+    accepted: pulumi.Output[list]
+    failed: pulumi.Output[dict]
+    criteria: pulumi.Output[list]
+
+    def __init__(self, name: str, props: dict, opts: Optional[pulumi.ResourceOptions] = None):
+        super().__init__(FleetAcceptanceProvider(), name,
+                         {**props, "results": None, "fleet_job": None, "accepted": None, "failed": None,
+                          "criteria": None}, opts)
 
 
 class Acceptance(pulumi.ComponentResource):
-    """The final acceptance job of a stack."""
+    """The final acceptance of a stack."""
 
     def __init__(self, name: str, inputs: AcceptanceInputs, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__("gpu-fleet:acceptance:Acceptance", name, None, opts)
-        spec, site = inputs.job, inputs.job.site
-        canary = None
-        if inputs.enabled and any(n.gpus for n in site.slurm_nodes()):
-            canary = spec.job("canary-acceptance", inputs.admitted.apply(lambda a: pick_canary(site, a)),
-                              inputs.admitted, {**inputs.triggers, "admitted": inputs.admitted},
-                              after=inputs.after, open_partitions=True, parent=self)
-        self.outputs = AcceptanceOutputs(canary=canary)
+        spec, site, a = inputs.job, inputs.job.site, inputs.acceptance
+        fleet = None
+        if a.enabled and site.slurm_nodes():
+            by_name = {n.name: n for n in site.nodes}
+            checks = {"timeout_s": spec.timeout_s, "job_mem_mib": a.job_mem_mib, "prefix": inputs.device_prefix,
+                      "pynvml": inputs.pynvml_dir or "", "job_root": spec.paths.job_root,
+                      "readonly": spec.paths.readonly_probe or "", "marker": spec.paths.marker or "",
+                      "accounting": spec.accounting, "scripts": sha256(_FLEET_JOBS + _NODE_JOB + _STEP, 16)}
+
+            def nodes(t: list) -> dict[str, dict]:
+                admitted, verdicts, applied = t[0], t[1] or {}, t[2] or {}
+                out = {}
+                for name in admitted:
+                    n = by_name[name]
+                    g = n.gpus
+                    node = {"gpus": g.count if g else 0, "gpu_type": g.type if g else "",
+                            "model": g.model if g else "", "cpus": n.cpus}
+                    uuids = list((verdicts.get(name) or {}).get("uuids") or [])
+                    out[name] = {**node, "uuids": uuids,
+                                 "hash": sha256(node_hash_input(node, uuids, applied, checks), 16)}
+                return out
+
+            verdicts = inputs.gpu_verdicts if inputs.gpu_verdicts is not None else pulumi.Output.from_input({})
+            fleet = FleetAcceptance("fleet-acceptance", {
+                "conn": site.conn(site.hosts.controller),
+                "node_conns": inputs.admitted.apply(lambda ns: {n: site.conn(by_name[n]) for n in ns}),
+                "nodes": pulumi.Output.all(inputs.admitted, verdicts,
+                                           pulumi.Output.from_input(dict(inputs.triggers))).apply(nodes),
+                "user": spec.canary_user, "partition": ACCEPTANCE_PARTITION, "partitions": list(spec.partitions),
+                "min_nodes": a.min_nodes, "timeout_s": spec.timeout_s, "job_mem_mib": a.job_mem_mib,
+                "device_prefix": inputs.device_prefix, "pynvml_dir": inputs.pynvml_dir or "",
+                "job_root": spec.paths.job_root, "readonly_probe": spec.paths.readonly_probe or "",
+                "marker": spec.paths.marker or "", "accounting": spec.accounting,
+                "refused": inputs.refused, "k3s": inputs.k3s, "slurm": inputs.slurm_version,
+                "web": (inputs.web_seen.apply(lambda w: f"the web layer's check passed: {w}"[:400])
+                        if inputs.web_seen is not None else None),
+                "stack": pulumi.get_stack(), "report_dir": str(site.root.joinpath(*REPORT_DIR)),
+            }, pulumi.ResourceOptions(parent=self, depends_on=list(inputs.after)))
+        self.outputs = AcceptanceOutputs(fleet=fleet)
         self.register_outputs({})

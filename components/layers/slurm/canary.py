@@ -110,8 +110,7 @@ class CanaryJobProvider(RolloutCheck):
         return f"canary:{props['node']}"
 
     def _partitions(self, conn, props: Props, state: str) -> None:
-        for p in props["partitions"]:
-            conn.run(["scontrol", "update", f"PartitionName={p}", f"State={state}"], mutating=True)
+        set_partitions(conn, props["partitions"], state)
 
     def run(self, props: Props) -> dict[str, Any]:
         conn = connection(target_of(props))
@@ -165,20 +164,30 @@ class CanaryJobProvider(RolloutCheck):
         return conn.run(sh(_SACCT_ALLOC_TRES, job_id), mutating=False, check=False, timeout=60).stdout.strip()
 
     def _munge_gate(self, conn, props: Props) -> None:
-        """A credential made on the controller must decode on every node (one key, one clock)."""
-        cred = conn.run(["munge", "-n"], mutating=False).stdout.strip()
+        munge_gate(conn, [SshTarget.from_dict(c) for c in props.get("node_conns") or []], props["partitions"])
 
-        def decode(c):
-            out = c.run(["unmunge"], mutating=False, check=False, stdin=cred.encode(), stdin_secret=True)
-            if "Success (0)" not in out.stdout:
-                raise FleetError(f"unmunge failed: {(out.stdout + out.stderr).strip().splitlines()[:2]}")
 
-        try:
-            fan_out([SshTarget.from_dict(c) for c in props.get("node_conns") or []], decode)
-        except FanOutError as e:
-            self._partitions(conn, props, "INACTIVE")
-            raise FleetError(f"a MUNGE credential from {conn.t.name} does not decode on every node; "
-                             f"partitions {', '.join(props['partitions'])} set INACTIVE:\n{e}") from None
+def set_partitions(conn, partitions: Sequence[str], state: str) -> None:
+    for p in partitions:
+        conn.run(["scontrol", "update", f"PartitionName={p}", f"State={state}"], mutating=True)
+
+
+def munge_gate(conn, nodes: Sequence[SshTarget], partitions: Sequence[str]) -> None:
+    """A credential made on the controller must decode on every node (one key, one clock);
+    else the partitions are set INACTIVE and the deployment fails."""
+    cred = conn.run(["munge", "-n"], mutating=False).stdout.strip()
+
+    def decode(c):
+        out = c.run(["unmunge"], mutating=False, check=False, stdin=cred.encode(), stdin_secret=True)
+        if "Success (0)" not in out.stdout:
+            raise FleetError(f"unmunge failed: {(out.stdout + out.stderr).strip().splitlines()[:2]}")
+
+    try:
+        fan_out(list(nodes), decode)
+    except FanOutError as e:
+        set_partitions(conn, partitions, "INACTIVE")
+        raise FleetError(f"a MUNGE credential from {conn.t.name} does not decode on every node; "
+                         f"partitions {', '.join(partitions)} set INACTIVE:\n{e}") from None
 
 
 class CanaryJob(Resource, module="slurm", name="CanaryJob"):

@@ -1,0 +1,24 @@
+#!/bin/sh
+# A node's acceptance job: run by salloc on the controller, its steps run on the node one kind
+# after another, every line prefixed by its step kind. GF_STEP holds step.sh.
+# $1 the node's GPU count, $2 GPU device prefix, $3 pynvml dir ("" without the GPU layer),
+# $4 job root, $5 read-only store ("" for none), $6 model marker ("" for none).
+
+count=$1 prefix=$2
+echo "job=$SLURM_JOB_ID"
+gres=""; [ "$count" -gt 0 ] && gres="--gres=gpu:$count"
+# shellcheck disable=SC2086  # $gres is one word or none
+srun -n1 $gres sh -c "$GF_STEP" step inventory "$prefix" "$count" "$3" "$6" 2>&1 | sed 's/^/inventory./'
+i=0
+while [ "$i" -lt "$count" ]; do
+  srun -n1 -O --exact --gres=gpu:1 --mem=16 sh -c "$GF_STEP" step gpu "$prefix" "$count" 2>/dev/null \
+    | sed 's/^/gpu./' &
+  i=$((i + 1))
+done
+wait
+out=$(srun -n1 -c1 --exact --mem=32 sh -c "$GF_STEP" step oom 256 2>&1); echo "oom.rc=$?"
+echo "$out" | sed 's/^/oom./'
+out=$(srun -n1 -c1 --exact --mem=32 sh -c "$GF_STEP" step fs "$4" "$5" 2>&1); echo "fs.rc=$?"
+echo "$out" | sed 's/^/fs./'
+srun -n1 -c1 --exact --mem=32 sh -c "$GF_STEP" step residue "$4" 2>&1 | sed 's/^/residue./'
+echo "done=1"
