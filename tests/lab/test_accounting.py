@@ -11,7 +11,7 @@ from debian.debian_support import version_compare
 from tests.pulumi_cli import ROOT, PulumiProject
 
 from .labhosts import lab_config, lab_conn, ssh
-from .test_slurm_cluster import HOSTS, as_user, snapshot
+from .test_slurm_cluster import HOSTS, NODES, as_user, snapshot
 
 
 def ctl_packages() -> dict[str, str]:
@@ -45,12 +45,23 @@ def accounted(lab, tmp_path_factory):
         proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
 
 
-def test_canary_passes_with_gpu_tres_accounted(accounted):
+def test_the_all_node_job_is_accounted_with_generic_and_typed_gpu_tres(accounted):
     proj, _ = accounted
-    canary = json.loads(proj.run("stack", "output", "canary", "--json", "--stack", "lab").stdout)
-    assert canary["passed"] is True
-    tres = ssh("ctl", f"sacct -X -n -P -j {canary['jobId']} -o AllocTRES").stdout.strip()
-    assert "gres/gpu=1" in tres.split(",") and "gres/gpu:v100=1" in tres.split(","), tres
+    acc = json.loads(proj.run("stack", "output", "acceptance", "--json", "--stack", "lab").stdout)
+    job = acc["fleetJob"]
+    assert job["passed"] and job["nodes"] == NODES, job
+    assert acc["criteria"]["4"] == "met"
+    # read back from accounting here, not from the layer's own record of it
+    tres = ssh("ctl", f"sacct -X -n -P -j {job['job_id']} -o AllocTRES").stdout.strip().split(",")
+    assert "gres/gpu=24" in tres and "gres/gpu:v100=24" in tres, tres
+    # each node's step past its --mem: OUT_OF_MEMORY in sacct, and the job's later steps still ran
+    for n in NODES:
+        checks = acc["nodes"][n]["checks"]
+        assert "sacct State=OUT_OF_MEMORY" in checks["oom_confined"]["seen"], checks["oom_confined"]
+        step = checks["oom_confined"]["seen"].split()[1]
+        state = ssh("ctl", f"sacct -n -P -j {acc['nodes'][n]['jobs'][0]}.{step} -o State").stdout.strip()
+        assert state == "OUT_OF_MEMORY", (n, state)
+        assert checks["failed_job_leaves_nothing"]["passed"], checks
 
 
 def test_a_new_gpu_job_is_accounted_by_model(accounted):

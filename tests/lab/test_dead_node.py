@@ -118,7 +118,7 @@ def test_a_dead_node_is_forgotten_and_the_rest_converges(lab, lab_session, tmp_p
         assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
         out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
         assert out["admission"]["admitted"] == LIVE
-        assert out["canary"]["passed"] is True
+        assert (out["acceptance"]["accepted"] == out["admission"]["admitted"] and not out["acceptance"]["failed"])
         proj.run("preview", "--stack", "lab", "--expect-no-changes")
         # nothing, not even a connection attempt, went to the dead node after it died
         assert [c for c in command_log(log) if c["host"] == VICTIM] == []
@@ -159,7 +159,7 @@ def test_an_unreachable_node_keeps_its_recorded_resources_while_the_rest_rolls_o
         assert (f"node {VICTIM} is marked unreachable: its {len(before)} recorded resources are left as they "
                 "are (not read, changed or deleted) by this up") in p.stderr
         out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
-        assert out["admission"]["admitted"] == LIVE and out["canary"]["passed"] is True
+        assert out["admission"]["admitted"] == LIVE and (out["acceptance"]["accepted"] == out["admission"]["admitted"] and not out["acceptance"]["failed"])
         r = pending(proj, "refresh", "--yes", "--skip-preview")
         assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
         after = recorded(proj, VICTIM)
@@ -180,7 +180,7 @@ def test_an_unreachable_node_keeps_its_recorded_resources_while_the_rest_rolls_o
         errors = [ln for ln in (back.stdout + back.stderr).splitlines() if "error" in ln.lower()]
         assert back.returncode == 0, "\n".join(errors[:40])
         out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
-        assert out["admission"]["admitted"] == [*LIVE, VICTIM] and out["canary"]["passed"] is True
+        assert out["admission"]["admitted"] == [*LIVE, VICTIM] and (out["acceptance"]["accepted"] == out["admission"]["admitted"] and not out["acceptance"]["failed"])
     finally:
         proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
         lab_session.exclusive()

@@ -40,7 +40,7 @@ def test_healthy_fleet_admits_every_node(gated):
     out = outputs(gated)
     assert out["slurmNodes"] == ["node1", "node2", "node3"]
     assert out["gpu"]["healthyNodes"] == ["node1", "node2", "node3"]
-    assert out["canary"]["passed"] is True
+    assert (out["acceptance"]["accepted"] == out["admission"]["admitted"] and not out["acceptance"]["failed"])
 
 
 def test_drifting_node_is_kept_out_and_comes_back_when_fixed(gated):
@@ -56,7 +56,7 @@ def test_drifting_node_is_kept_out_and_comes_back_when_fixed(gated):
     assert ssh("node2", "systemctl is-active slurmd", check=False).stdout.strip() != "active"
     rows = ssh("ctl", "sinfo -h -N -p lab -o '%N %T'").stdout.split()
     assert rows == ["node1", "idle", "node3", "idle"], rows
-    assert out["canary"]["passed"] is True
+    assert (out["acceptance"]["accepted"] == out["admission"]["admitted"] and not out["acceptance"]["failed"])
     assert sorted(ssh("ctl", as_user("srun -N2 -p lab -t 1 hostname")).stdout.split()) == ["node1", "node3"]
 
     restore_healthy(["node2"])

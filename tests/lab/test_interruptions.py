@@ -66,7 +66,7 @@ def converges(proj: PulumiProject) -> None:
     p = proj.run("up", "--yes", "--stack", "lab", "--skip-preview", check=False, timeout=1200)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
-    assert out["admission"]["admitted"] == NODES and out["canary"]["passed"] is True
+    assert out["admission"]["admitted"] == NODES and (out["acceptance"]["accepted"] == out["admission"]["admitted"] and not out["acceptance"]["failed"])
     proj.run("preview", "--stack", "lab", "--expect-no-changes")
     # the interrupted install's no-start policy (packages_no_start.sh) ended with it
     assert ssh(WATCHED, "test ! -e /usr/sbin/policy-rc.d", check=False).returncode == 0

@@ -181,7 +181,7 @@ def test_an_interrupted_retirement_resumes_its_change(proj):
     assert ssh("storage", f"sha256sum {BUNDLE}/lab-r1/{SERVER}/baseline.json").stdout.split()[0] == baseline
     assert sorted(out["k3sRetirement"]["handedOver"]) == [SERVER, AGENT]
     assert set(out["admission"]["admitted"]) == {"node1", SERVER, AGENT}
-    assert out["canary"]["passed"] is True
+    assert (out["acceptance"]["accepted"] == out["admission"]["admitted"] and not out["acceptance"]["failed"])
     retired(SERVER, "k3s.service")
     retired(AGENT, "k3s-agent.service")
     assert ssh(SERVER, "systemctl is-active postgresql@15-main", check=False).stdout.strip() != "active"

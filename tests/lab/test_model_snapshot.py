@@ -183,8 +183,15 @@ def test_every_node_sees_it_whole_and_cannot_write_into_it(model):
             f: (tree / f).stat().st_size for f in hub.files}
         w = ssh(n, f"echo x > {path}/probe", check=False)
         assert w.returncode != 0 and "Read-only file system" in w.stderr
-    canary = out["canary"]
-    assert canary["passed"] is True
+    # and so do real jobs: each node's acceptance job read the marker, got EROFS writing into
+    # the snapshot, wrote its job root, and its failed step left nothing there
+    acc = out["acceptance"]
+    assert acc["accepted"] == NODES and out["acceptance"]["criteria"]["3"] == "met", acc["failed"]
+    for n in NODES:
+        checks = acc["nodes"][n]["checks"]
+        assert checks["models_read_only"] == {"passed": True, "seen": "write into the model store: EROFS"}, checks
+        assert checks["model_marker"]["passed"] and checks["job_root"]["passed"], checks
+        assert checks["failed_job_leaves_nothing"]["passed"], checks
 
 
 def test_a_second_up_changes_nothing_and_downloads_nothing(model):

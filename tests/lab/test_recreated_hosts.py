@@ -25,7 +25,7 @@ def converges_in_one_up_refresh(proj: PulumiProject) -> None:
     out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
     assert out["admission"] == {"admitted": NODES, "refused": {}}
     assert out["gpu"]["healthyNodes"] == NODES
-    assert out["canary"]["passed"] is True
+    assert (out["acceptance"]["accepted"] == out["admission"]["admitted"] and not out["acceptance"]["failed"])
 
 
 def test_lab_down_up_then_one_up_refresh_converges(lab, lab_session, tmp_path):

@@ -30,6 +30,6 @@ def test_uid_drift_stops_the_rollout_and_no_partition_serves(drifted_node2, tmp_
         assert ssh("node2", "id -u slurm").stdout.strip() == "64999"
         state = ssh("ctl", "sinfo -h -p lab -o %a 2>/dev/null || true", check=False).stdout.strip()
         assert state in ("", "inact"), state
-        assert "CanaryJob canary-acceptance created" not in out
+        assert "FleetAcceptance fleet-acceptance created" not in out
     finally:
         proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)

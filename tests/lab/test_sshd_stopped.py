@@ -56,7 +56,7 @@ def test_sshd_stopped_on_one_node_mid_up(lab, lab_session, tmp_path):
 
         proj.run("up", "--yes", "--stack", "lab", "--skip-preview", timeout=1200)
         out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
-        assert out["admission"]["admitted"] == NODES and out["canary"]["passed"] is True
+        assert out["admission"]["admitted"] == NODES and (out["acceptance"]["accepted"] == out["admission"]["admitted"] and not out["acceptance"]["failed"])
         proj.run("preview", "--stack", "lab", "--expect-no-changes")
     finally:
         proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)

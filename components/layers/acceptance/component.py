@@ -114,6 +114,7 @@ class Acceptance(pulumi.ComponentResource):
             fleet = FleetAcceptance("fleet-acceptance", {
                 "conn": site.conn(site.hosts.controller),
                 "node_conns": inputs.admitted.apply(lambda ns: {n: site.conn(by_name[n]) for n in ns}),
+                "admitted": inputs.admitted,
                 "nodes": pulumi.Output.all(inputs.admitted, verdicts,
                                            pulumi.Output.from_input(dict(inputs.triggers))).apply(nodes),
                 "user": spec.canary_user, "partition": ACCEPTANCE_PARTITION, "partitions": list(spec.partitions),

@@ -181,7 +181,7 @@ def _nvml(seen: dict[str, Any], e: NodeExpect) -> dict:
     if seen["nvml_error"]:
         problems.append("NVML: " + " ".join(seen["nvml_error"])[:200])
     return check("nvml", not problems, "; ".join(problems) if problems else
-                 f"{len(gpus)} x {e.model or models}, UUIDs as the GPU layer recorded them")
+                 f"{len(gpus)} x {e.model or ', '.join(models)}, UUIDs as the GPU layer recorded them")
 
 
 def _gpu_steps(steps: list[dict], count: int) -> list[dict]:
@@ -191,14 +191,17 @@ def _gpu_steps(steps: list[dict], count: int) -> list[dict]:
     odd = sorted({f"device {i}: {r}" for s in steps for i, r in s["devices"].items()
                   if r not in ALLOWED and r != DENIED})
     leaky = [o for o in own if len(o) > 1]
+    shut = [s["step"] for s, o in zip(steps, own) if not o]
     if not steps:
         confined = check("device_cgroup", False, "no single-GPU step ran")
-    elif leaky or odd:
+    elif leaky or odd or shut:
         confined = check("device_cgroup", False, "; ".join(
             ([f"{len(leaky)} of {len(steps)} single-GPU steps could open more than their GPU "
-              f"(up to {max(len(o) for o in leaky)} of {count} devices, no EPERM)"] if leaky else []) + odd))
+              f"(up to {max(len(o) for o in leaky)} of {count} devices)"] if leaky else [])
+            + ([f"step(s) {', '.join(shut)} could open no GPU device, not even their own"] if shut else [])
+            + odd))
     else:
-        confined = check("device_cgroup", all(len(o) == 1 for o in own),
+        confined = check("device_cgroup", True,
                          f"each single-GPU step got EPERM opening the node's other {count - 1} GPU devices")
     held = sorted({s["held"] for s in steps})
     indices = sorted(o[0] for o in own if len(o) == 1)

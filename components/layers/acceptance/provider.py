@@ -38,14 +38,13 @@ _SACCT = script(__file__, "sacct_fields.sh")
 #: where the jobs run: the nodes under judgement, for the canary user only
 RESERVATION = "gpu-fleet-acceptance"
 #: what each rank of the all-node job prints
-_RANK = 'echo "rank=$SLURM_PROCID host=$(hostname) cvd=${CUDA_VISIBLE_DEVICES-unset} job=$SLURM_JOB_ID"'
+_RANK = 'echo "rank=$SLURM_PROCID host=$(hostname -s) cvd=${CUDA_VISIBLE_DEVICES-unset} job=$SLURM_JOB_ID"'
 
 
 def to_test(olds: Props, news: Props) -> list[str]:
     """Nodes whose inputs changed since they were last judged (all of them on create)."""
     before = (olds.get("results") or {})
-    return [n for n, spec in news["nodes"].items()
-            if (before.get(n) or {}).get("hash") != spec["hash"]]
+    return [n for n in news["admitted"] if (before.get(n) or {}).get("hash") != news["nodes"][n]["hash"]]
 
 
 def judge_fleet_job(stdout: str, rc: int, nodes: list[str], gpus: int) -> list[dict]:
@@ -53,11 +52,16 @@ def judge_fleet_job(stdout: str, rc: int, nodes: list[str], gpus: int) -> list[d
     ranks = [dict(p.split("=", 1) for p in line.split() if "=" in p)
              for line in stdout.splitlines() if line.startswith("rank=")]
     hosts = sorted(r.get("host", "") for r in ranks)
-    short = [f"{r.get('host')}: {r.get('cvd')}" for r in ranks if count_visible_gpus(r.get("cvd", "")) != gpus]
+    short = [f"{r.get('host')}: {r.get('cvd')}" for r in ranks if _visible(r.get("cvd", "unset")) != gpus]
     return [check("all_nodes_at_once", rc == 0 and hosts == sorted(nodes),
                   f"exit {rc}; {len(ranks)} ranks on {', '.join(hosts) or 'no node'}"),
             check("gpus_per_rank", bool(ranks) and not short,
                   f"each rank sees {gpus} GPUs" if ranks and not short else f"short: {short or 'no rank ran'}")]
+
+
+def _visible(cvd: str) -> int:
+    """GPUs a rank sees; none when Slurm set no CUDA_VISIBLE_DEVICES (a node without GPUs)."""
+    return 0 if cvd in ("unset", "") else count_visible_gpus(cvd)
 
 
 def judge_tres(alloc_tres: str, gpu_type: str, total: int) -> dict:
@@ -71,7 +75,7 @@ def judge_tres(alloc_tres: str, gpu_type: str, total: int) -> dict:
 class FleetAcceptanceProvider(RolloutCheck):
     """Judges the nodes whose inputs changed; opens the partitions or keeps them closed."""
 
-    rerun_on = ("nodes", "min_nodes", "partitions", "partition", "user", "refused")
+    rerun_on = ("nodes", "admitted", "min_nodes", "partitions", "partition", "user", "refused")
 
     def key(self, props: Props) -> str:
         return "fleet-acceptance"
@@ -93,8 +97,8 @@ class FleetAcceptanceProvider(RolloutCheck):
         """Jobs on the nodes whose inputs changed since `olds`; the verdict on all of them."""
         before = olds.get("results") or {}
         conn = connect(props["conn"])
-        nodes = props["nodes"]
-        todo = to_test({"results": before}, props)
+        nodes = {n: props["nodes"][n] for n in props["admitted"]}  # stack order (a map's keys have none)
+        todo = to_test({"results": before}, {**props, "nodes": nodes})
         results = {n: r for n, r in before.items() if n in nodes and n not in todo}
         fleet_job = olds.get("fleet_job") if not todo else None
         if todo:
@@ -114,6 +118,7 @@ class FleetAcceptanceProvider(RolloutCheck):
                 fleet_job = self._fleet_job(conn, props, judged) if judged else None
             finally:
                 conn.run(["scontrol", "delete", f"ReservationName={RESERVATION}"], mutating=True, check=False)
+        results = {n: results[n] for n in nodes if n in results}
         passed = [n for n in nodes if results.get(n, {}).get("passed")]
         need = props.get("min_nodes") or len(nodes)
         fleet_ok = fleet_job is None or fleet_job["passed"]
@@ -165,7 +170,7 @@ class FleetAcceptanceProvider(RolloutCheck):
                            mem_mib=int(props["job_mem_mib"]), nvml=bool(props.get("pynvml_dir")),
                            marker=bool(props.get("marker")), readonly=bool(props.get("readonly_probe")))
             s = seen[n]
-            checks = judge_node(s, e, gres.get(n, ""), states.get(f"{s.get('job')}.{s['oom'].get('step')}")
+            checks = judge_node(s, e, gres.get(n, ""), states.get(f"{s.get('job')}.{s['oom'].get('step')}", "")
                                 if props.get("accounting") else None)
             reason = first_failure(checks)
             out[n] = {"passed": not reason, "jobs": [s["job"]] if s.get("job") else [], "reason": reason or None,
