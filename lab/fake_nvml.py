@@ -7,6 +7,8 @@ puts the test double of `tests/doubles/fake_nvml/` on every node host:
   /usr/local/lib/gpu-fleet-fake-nvml/libnvidia-ml.so.1   the fake, built here with gcc
   /etc/ld.so.conf.d/gpu-fleet-fake-nvml.conf             + ldconfig: dlopen finds it
   /usr/local/lib/gpu-fleet-fake-nvml/fakenode.py         lays out the node files below
+  /usr/local/lib/gpu-fleet-fake-nvml/fake_gpu_check.py   plays the deep checks' commands
+                                                         (dcgmi diag, all_reduce_perf)
   /usr/local/sbin/gpu-fleet-fake-nvml-node               re-lays them out from the config
   /etc/fake-nvml.json                                    the node's fake configuration
                                                          (written only when absent)
@@ -49,7 +51,7 @@ from .hosts import Host
 from .ssh import ssh_argv
 
 SOURCE_DIR = ROOT / "tests" / "doubles" / "fake_nvml"
-SOURCES = ("fake_nvml.c", "fake_json.h", "build.sh", "fakenode.py")
+SOURCES = ("fake_nvml.c", "fake_json.h", "build.sh", "fakenode.py", "fake_gpu_check.py")
 CUDA_SOURCE_DIR = ROOT / "tests" / "doubles" / "fake_cuda"
 CUDA_SOURCES = ("fake_cudart.c", "cuda_runtime_api.h", "nvcc", "build.sh")
 CUDA_HOME = "/usr/local/cuda"
@@ -111,6 +113,7 @@ else
   install -m 0755 "$t/libnvidia-ml.so.1" {LIB_DIR}/libnvidia-ml.so.1
   ln -sf libnvidia-ml.so.1 {LIB_DIR}/libnvidia-ml.so
   install -m 0644 "$t/fakenode.py" {LIB_DIR}/fakenode.py
+  install -m 0644 "$t/fake_gpu_check.py" {LIB_DIR}/fake_gpu_check.py
   install -m 0644 "$t/README" {LIB_DIR}/README
   install -m 0755 "$t/helper.sh" {HELPER}
   printf '# TEST DOUBLE (gpu-fleet lab): the fake libnvidia-ml.so.1\\n{LIB_DIR}\\n' > {LDCONF}
@@ -184,6 +187,7 @@ def _bundle(lib: Path, node: str) -> bytes:
 
         add("libnvidia-ml.so.1", lib.read_bytes(), 0o755)
         add("fakenode.py", (SOURCE_DIR / "fakenode.py").read_bytes())
+        add("fake_gpu_check.py", (SOURCE_DIR / "fake_gpu_check.py").read_bytes())
         add("helper.sh", _HELPER_SH.encode(), 0o755)
         add("README", _README.encode())
         add("fake-nvml.json", (json.dumps(healthy_config(node), indent=1) + "\n").encode())

@@ -156,6 +156,8 @@ RelativeFile = checked("a file path inside the snapshot: parts of letters, digit
 ImageRef = checked("an image by digest: [registry[:port]/]path@sha256:<64 lowercase hex> (never a tag)",
                    r"[a-z0-9][a-z0-9._-]*(:[0-9]{1,5})?(/[a-z0-9][a-z0-9._-]*)+@sha256:[0-9a-f]{64}")
 Registry = checked("a registry host[:port] (storage:5000)", r"[a-z0-9][a-z0-9.-]{0,252}(:[0-9]{1,5})?")
+CheckName = checked("a check name: a lowercase letter, then lowercase letters, digits, '_' or '-' "
+                    "(at most 32 characters)", r"[a-z][a-z0-9_-]{0,31}")
 Text = checked("printable text on one line (at most 200 characters, no control characters)",
                lambda v: 0 < len(v) <= 200 and v.isprintable())
 

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 
 import pytest
+import yaml
 
 from components.providers.file import _WRITE as FILE_WRITE
 from components.providers.packages import _NO_START as NO_START
@@ -311,6 +312,73 @@ gpu-fleet-fake-nvml-node >/dev/null"""
 def node_state(node: str) -> tuple[str, str]:
     state, _, reason = ssh("ctl", f"sinfo -h -N -n {node} -o '%T|%E'").stdout.splitlines()[0].partition("|")
     return state, reason
+
+
+# ---- deep checks: commands a real fleet runs on its GPUs, played here by a stand-in ----------
+
+STAND_IN = "python3 /usr/local/lib/gpu-fleet-fake-nvml/fake_gpu_check.py"  # TEST DOUBLE (lab/fake_nvml.py)
+
+
+def set_deep_checks(proj: PulumiProject, checks: list[dict]) -> None:
+    path = proj.dir / "stacks" / "Pulumi.lab.yaml"
+    data = yaml.safe_load(path.read_text())
+    acc = data["config"].setdefault("gpu-fleet:acceptance", {})
+    if checks:
+        acc["deep_checks"] = checks
+    else:
+        acc.pop("deep_checks", None)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+
+
+def test_deep_checks_pass_on_figures_and_a_failing_one_drains_its_node(cluster):
+    proj, _ = cluster
+    nccl = {"name": "nccl", "scope": "fleet", "command": f"{STAND_IN} all_reduce_perf",
+            "figure": r"Avg bus bandwidth\s*:\s*([0-9.]+)", "min_figure": 20}
+    set_deep_checks(proj, [{"name": "diag", "command": f"{STAND_IN} diag", "timeout_s": 60}, nccl])
+    try:
+        proj.run("up", "--yes", "--stack", "lab", "--skip-preview", timeout=900)
+        acc = acceptance(proj)
+        assert acc["accepted"] == NODES, acc["failed"]
+        for n in NODES:
+            assert acc["nodes"][n]["checks"]["deep:diag"] == {"passed": True,
+                                                              "seen": "exit 0; fake diag: 8 of 8 GPUs pass"}
+        nccl_seen = [c for c in acc["fleetJob"]["checks"] if c["name"] == "deep:nccl"]
+        assert nccl_seen == [{"name": "deep:nccl", "passed": True,
+                              "seen": "exit 0; figure 23.4 (at least 20 needed)"}], acc["fleetJob"]
+
+        # node2's GPU 3 fails its diagnostic; the fleet's bus bandwidth is below a raised bar
+        ssh("node2", f"""python3 - <<'EOF'
+import json, os
+d = json.load(open("{FAKE_NVML}"))
+d["devices"][3]["diag_fail"] = "PCIe replay count above limit"
+open("{FAKE_NVML}.t", "w").write(json.dumps(d))
+os.replace("{FAKE_NVML}.t", "{FAKE_NVML}")
+EOF""")
+        set_deep_checks(proj, [{"name": "diag", "command": f"{STAND_IN} diag", "timeout_s": 60},
+                               {**nccl, "min_figure": 30}])
+        p = proj.run("up", "--yes", "--stack", "lab", "--skip-preview", check=False, timeout=900)
+        out = p.stdout + p.stderr
+        assert p.returncode != 0
+        assert "fleet acceptance: 2 of 3 nodes passed, 3 needed" in out, out[-3000:]
+        assert "node2: gpu-fleet acceptance: deep:diag: exit 1; fake diag: 7 of 8 GPUs pass" in out, out[-3000:]
+        assert "the all-node job: exit 0; figure 23.4 (at least 30 needed)" in out, out[-3000:]
+        assert "State=INACTIVE" in ssh("ctl", "scontrol show partition lab -o").stdout
+        assert node_state("node2") == ("drained", "gpu-fleet acceptance: deep:diag: exit 1; fake diag: 7 of 8 "
+                                                  "GPUs pass")
+    finally:
+        ssh("node2", f"""python3 - <<'EOF'
+import json, os
+d = json.load(open("{FAKE_NVML}"))
+d["devices"][3].pop("diag_fail", None)
+open("{FAKE_NVML}.t", "w").write(json.dumps(d))
+os.replace("{FAKE_NVML}.t", "{FAKE_NVML}")
+EOF""")
+        set_deep_checks(proj, [])
+    # the checks changed again: every node judged again, node2 resumed and accepted
+    proj.run("up", "--yes", "--stack", "lab", "--skip-preview", timeout=900)
+    acc = acceptance(proj)
+    assert acc["accepted"] == NODES and acc["failed"] == {}, acc["failed"]
+    assert node_state("node2") == ("idle", "none")
 
 
 def test_a_node_that_breaks_after_admission_is_drained_and_min_nodes_decides(cluster):

@@ -95,7 +95,8 @@ class Acceptance(pulumi.ComponentResource):
             checks = {"timeout_s": spec.timeout_s, "job_mem_mib": a.job_mem_mib, "prefix": inputs.device_prefix,
                       "pynvml": inputs.pynvml_dir or "", "job_root": spec.paths.job_root,
                       "readonly": spec.paths.readonly_probe or "", "marker": spec.paths.marker or "",
-                      "accounting": spec.accounting, "scripts": sha256(_FLEET_JOBS + _NODE_JOB + _STEP, 16)}
+                      "accounting": spec.accounting, "scripts": sha256(_FLEET_JOBS + _NODE_JOB + _STEP, 16),
+                      "deep": repr([c.model_dump() for c in a.deep_checks])}
 
             def nodes(t: list) -> dict[str, dict]:
                 admitted, verdicts, applied = t[0], t[1] or {}, t[2] or {}
@@ -122,6 +123,7 @@ class Acceptance(pulumi.ComponentResource):
                 "device_prefix": inputs.device_prefix, "pynvml_dir": inputs.pynvml_dir or "",
                 "job_root": spec.paths.job_root, "readonly_probe": spec.paths.readonly_probe or "",
                 "marker": spec.paths.marker or "", "accounting": spec.accounting,
+                "deep_checks": [c.model_dump() for c in a.deep_checks],
                 "refused": inputs.refused, "k3s": inputs.k3s, "slurm": inputs.slurm_version,
                 "web": (inputs.web_seen.apply(lambda w: f"the web layer's check passed: {w}"[:400])
                         if inputs.web_seen is not None else None),

@@ -42,6 +42,8 @@ class NodeExpect:
     nvml: bool = False
     marker: bool = False
     readonly: bool = False
+    #: the stack's node deep checks (name, command, figure, min_figure, ...)
+    deep: tuple[dict, ...] = ()
 
 
 def check(name: str, passed: bool, seen: str) -> dict[str, Any]:
@@ -71,7 +73,7 @@ def parse_blocks(stdout: str) -> tuple[dict[str, list[str]], dict[str, str], Opt
 
 def parse_node(lines: list[str]) -> dict[str, Any]:
     """One node's job output -> {job, rc, done, inventory{...}, nvml[...], gpu_steps[...], oom, fs, residue}."""
-    seen: dict[str, Any] = {"inventory": {}, "nvml": [], "nvml_error": [], "gpu_steps": [],
+    seen: dict[str, Any] = {"inventory": {}, "nvml": [], "nvml_error": [], "gpu_steps": [], "deep": {},
                             "oom": {"lines": []}, "fs": {}, "residue": "", "output": lines}
     for line in lines:
         key, sep, value = line.partition("=")
@@ -101,6 +103,13 @@ def parse_node(lines: list[str]) -> dict[str, Any]:
             seen["fs"][field] = value
         elif kind == "residue" and field == "residue":
             seen["residue"] = value
+        elif kind == "deep":
+            name, _, what = field.rpartition(".")
+            d = seen["deep"].setdefault(name, {"rc": None, "out": []})
+            if what == "rc":
+                d["rc"] = value
+            elif what == "out":
+                d["out"].append(value)
     return seen
 
 
@@ -159,11 +168,33 @@ def judge_node(seen: dict[str, Any], e: NodeExpect, gres_used: str, oom_state: O
     if e.marker:
         checks.append(check("model_marker", inv.get("marker") == "ok",
                             f"model marker {inv.get('marker', 'not checked')}"))
+    for c in e.deep:
+        d = seen["deep"].get(c["name"]) or {"rc": None, "out": []}
+        checks.append(judge_deep(c, d["rc"], d["out"]))
     if e.gpus:
         used = re.match(r"\S*?gpu(?::[A-Za-z0-9_]+)?:(\d+)", gres_used)
         checks.append(check("gpus_released", bool(used) and used.group(1) == "0",  # type: ignore[union-attr]
                             f"GresUsed={gres_used or '(not read)'} after the job"))
     return checks
+
+
+def judge_deep(c: dict, rc: Optional[str], out: list[str]) -> dict:
+    """A deep check: exit 0 and, with `figure`, the number read from its output at least `min_figure`."""
+    own = [line for line in out if not line.startswith(("srun: ", "slurmstepd"))]  # not Slurm's own notes
+    name, last = f"deep:{c['name']}", (own[-1][:120] if own else "no output")
+    if rc is None:
+        return check(name, False, "did not run (the job ended before it)")
+    if c.get("figure") is None:
+        return check(name, rc == "0", f"exit {rc}; {last}")
+    m = re.search(c["figure"], "\n".join(out))
+    try:
+        figure = float(m.group(1)) if m else None
+    except ValueError:
+        figure = None
+    low = c.get("min_figure")
+    ok = rc == "0" and figure is not None and (low is None or figure >= low)
+    return check(name, ok, f"exit {rc}; figure {f'{figure:g}' if figure is not None else '(not found)'}"
+                 + (f" (at least {float(low):g} needed)" if low is not None else "") + ("" if ok else f"; {last}"))
 
 
 def _nvml(seen: dict[str, Any], e: NodeExpect) -> dict:

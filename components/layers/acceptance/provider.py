@@ -28,7 +28,7 @@ from ...transport import SshTarget
 from ..slurm.canary import munge_gate, set_partitions
 from ..slurm.render import count_visible_gpus
 from .criteria import Layers, criteria
-from .node_checks import NodeExpect, check, first_failure, judge_node, parse_blocks, parse_node
+from .node_checks import NodeExpect, check, first_failure, judge_deep, judge_node, parse_blocks, parse_node
 from .report import write_report
 
 _FLEET_JOBS = script(__file__, "fleet_jobs.sh")
@@ -39,6 +39,10 @@ _SACCT = script(__file__, "sacct_fields.sh")
 RESERVATION = "gpu-fleet-acceptance"
 #: what each rank of the all-node job prints
 _RANK = 'echo "rank=$SLURM_PROCID host=$(hostname -s) cvd=${CUDA_VISIBLE_DEVICES-unset} job=$SLURM_JOB_ID"'
+
+
+def deep_checks(props: Props, scope: str) -> list[dict]:
+    return [c for c in props.get("deep_checks") or [] if c["scope"] == scope]
 
 
 def to_test(olds: Props, news: Props) -> list[str]:
@@ -148,12 +152,15 @@ class FleetAcceptanceProvider(RolloutCheck):
                 "criteria": report["criteria"]}
 
     def _node_jobs(self, conn, props: Props, todo: list[str]) -> dict[str, dict]:
-        timeout = int(props["timeout_s"])
+        deep = deep_checks(props, "node")
+        # the jobs' limit: the checks' own, then every deep check's in turn
+        timeout = int(props["timeout_s"]) + sum(int(c["timeout_s"]) for c in deep)
         specs = [f"{n}:{props['nodes'][n]['gpus']}:{props['nodes'][n]['gpu_type']}" for n in todo]
         res = conn.run(sh(_FLEET_JOBS, str(timeout), props["user"], props["partition"],
                           f"--mem={props['job_mem_mib']} --reservation={RESERVATION}",
                           _NODE_JOB, _STEP, props["device_prefix"], props.get("pynvml_dir") or "",
-                          props["job_root"], props.get("readonly_probe") or "", props.get("marker") or "", *specs),
+                          props["job_root"], props.get("readonly_probe") or "", props.get("marker") or "",
+                          "\n".join(f"{c['name']}\t{c['timeout_s']}\t{c['command']}" for c in deep), *specs),
                        mutating=True, check=False, timeout=2 * timeout + 60)
         blocks, gres, not_ready = parse_blocks(res.stdout)
         if not_ready is not None:
@@ -168,7 +175,8 @@ class FleetAcceptanceProvider(RolloutCheck):
             e = NodeExpect(name=n, gpus=int(spec["gpus"]), gpu_type=spec["gpu_type"], model=spec["model"],
                            uuids=tuple(spec.get("uuids") or ()), cpus=int(spec["cpus"]),
                            mem_mib=int(props["job_mem_mib"]), nvml=bool(props.get("pynvml_dir")),
-                           marker=bool(props.get("marker")), readonly=bool(props.get("readonly_probe")))
+                           marker=bool(props.get("marker")), readonly=bool(props.get("readonly_probe")),
+                           deep=tuple(deep_checks(props, "node")))
             s = seen[n]
             checks = judge_node(s, e, gres.get(n, ""), states.get(f"{s.get('job')}.{s['oom'].get('step')}", "")
                                 if props.get("accounting") else None)
@@ -204,6 +212,14 @@ class FleetAcceptanceProvider(RolloutCheck):
                        mutating=True, check=False, timeout=timeout + 30)
         job_id = next(iter(re.findall(r"job=(\d+)", res.stdout)), "")
         checks = judge_fleet_job(res.stdout, res.rc, group, count)
+        base = ["sh", "-c", 'cd /tmp && "$@"', "sh", "runuser", "-u", props["user"], "--", "srun",
+                f"--partition={props['partition']}", f"--reservation={RESERVATION}", f"-N{len(group)}",
+                f"--nodelist={','.join(group)}", "--ntasks-per-node=1", "--exclusive", *gres,
+                f"--mem={props['job_mem_mib']}", "--job-name=gpu-fleet-acceptance-deep"]
+        for c in deep_checks(props, "fleet"):
+            out = conn.run([*base, f"--time={(int(c['timeout_s']) + 59) // 60}", "timeout", str(c["timeout_s"]),
+                            "sh", "-c", c["command"]], mutating=True, check=False, timeout=int(c["timeout_s"]) + 60)
+            checks.append(judge_deep(c, str(out.rc), (out.stdout + out.stderr).splitlines()))
         alloc = ""
         if props.get("accounting") and job_id:
             alloc = conn.run(sh(_SACCT, "JobID,AllocTRES", job_id), mutating=False, check=False,

@@ -5,11 +5,11 @@
 # "gres_used=<node> <GresUsed>" once the jobs ended.
 # $1 timeout (s), $2 canary user, $3 partition, $4 salloc's --mem and --reservation, $5 node_job.sh, $6 step.sh,
 # $7 GPU device prefix, $8 pynvml dir, $9 job root, $10 read-only store, $11 model marker,
-# then "<node>:<gpu count>:<gpu type>" per node.
+# $12 the node deep checks (node_job.sh's GF_DEEP), then "<node>:<gpu count>:<gpu type>" per node.
 
 timeout=$1 user=$2 part=$3 opts=$4 node_job=$5 step=$6 prefix=$7 pynvml=$8 root=$9
-ro=${10} marker=${11}
-shift 11
+ro=${10} marker=${11} deep=${12}
+shift 12
 names=""
 for spec in "$@"; do names="$names ${spec%%:*}"; done
 
@@ -35,7 +35,7 @@ for spec in "$@"; do
   n=${spec%%:*} rest=${spec#*:}; count=${rest%%:*} type=${rest#*:}
   gres=""; [ "$count" -gt 0 ] && gres="--gres=gpu:$type:$count"
   # shellcheck disable=SC2086  # $gres is one word or none, $opts two
-  (cd /tmp && timeout "$timeout" runuser -u "$user" -- env GF_STEP="$step" \
+  (cd /tmp && timeout "$timeout" runuser -u "$user" -- env GF_STEP="$step" GF_DEEP="$deep" \
     salloc -N1 -w "$n" --exclusive $gres $opts -p "$part" -t "$(( (timeout + 59) / 60 ))" \
       -J gpu-fleet-acceptance sh -c "$node_job" node-job "$count" "$prefix" "$pynvml" "$root" "$ro" "$marker"
    echo "rc=$?") > "$out/$n" 2>&1 &

@@ -1,6 +1,7 @@
 #!/bin/sh
 # A node's acceptance job: run by salloc on the controller, its steps run on the node one kind
-# after another, every line prefixed by its step kind. GF_STEP holds step.sh.
+# after another, every line prefixed by its step kind. GF_STEP holds step.sh; GF_DEEP the stack's
+# node deep checks, one per line: name, timeout (s), command, tab-separated.
 # $1 the node's GPU count, $2 GPU device prefix, $3 pynvml dir ("" without the GPU layer),
 # $4 job root, $5 read-only store ("" for none), $6 model marker ("" for none).
 
@@ -21,4 +22,12 @@ echo "$out" | sed 's/^/oom./'
 out=$(srun -n1 -c1 --exact --mem=32 sh -c "$GF_STEP" step fs "$4" "$5" 2>&1); echo "fs.rc=$?"
 echo "$out" | sed 's/^/fs./'
 srun -n1 -c1 --exact --mem=32 sh -c "$GF_STEP" step residue "$4" 2>&1 | sed 's/^/residue./'
+tab=$(printf '\t')
+printf '%s\n' "${GF_DEEP:-}" | while IFS=$tab read -r name limit cmd; do
+  [ -n "$name" ] || continue
+  # shellcheck disable=SC2086  # $gres is one word or none
+  out=$(srun -n1 $gres --input=none timeout "$limit" sh -c "$cmd" 2>&1); rc=$?
+  echo "$out" | tail -n 40 | sed "s/^/deep.$name.out=/"
+  echo "deep.$name.rc=$rc"
+done
 echo "done=1"
