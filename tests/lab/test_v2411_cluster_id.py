@@ -95,9 +95,12 @@ def test_accounting_adopts_the_dbds_cluster_id_and_keeps_the_controllers(release
     assert ssh("ctl", f"cat {got['kept']}").stdout.strip() == proj.own  # the original, kept
     log = ssh("ctl", "cat /var/log/slurm/slurmctld.log").stdout
     assert f"started on cluster lab({got['dbdId']})" in log.splitlines()[-200:].__str__()
-    canary = json.loads(proj.run("stack", "output", "canary", "--json", "--stack", "lab").stdout)
-    tres = ssh("ctl", f"sacct -X -n -P -j {canary['jobId']} -o AllocTRES").stdout
-    assert "gres/gpu:v100=1" in tres, tres
+    # the fleet acceptance on 24.11: every node judged, the all-node job accounted generic and typed
+    acc = json.loads(proj.run("stack", "output", "acceptance", "--json", "--stack", "lab").stdout)
+    assert acc["failed"] == {} and acc["criteria"]["1"] == acc["criteria"]["2"] == acc["criteria"]["4"] == "met", acc
+    job = acc["fleetJob"]
+    tres = ssh("ctl", f"sacct -X -n -P -j {job['job_id']} -o AllocTRES").stdout.strip().split(",")
+    assert f"gres/gpu={job['gpus']}" in tres and f"gres/gpu:v100={job['gpus']}" in tres, tres
     assert connects("node1") and not connects("storage")
 
 

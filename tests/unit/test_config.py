@@ -267,9 +267,13 @@ STR_FIELDS = sorted(_str_fields(FleetConfig, ()), key=str)
 
 
 def put(raw: dict, path: tuple, value) -> None:
+    """Set the field at `path`, making the sections and a first list item the stack lacks."""
     node = raw.setdefault(f"gpu-fleet:{path[0]}", {})
-    for part in path[1:-1]:
-        node = node[part] if isinstance(part, int) else node.setdefault(part, {})
+    for part, after in zip(path[1:-1], path[2:]):
+        if isinstance(part, int):
+            node = node[part]
+        else:
+            node = node.setdefault(part, [{}] if isinstance(after, int) else {})
     node[path[-1]] = value
 
 
