@@ -191,7 +191,7 @@ class FleetAcceptanceProvider(RolloutCheck):
         ids = [f"{s['job']}.{s['oom']['step']}" for s in seen.values() if s.get("job") and s["oom"].get("step")]
         if not ids:
             return {}
-        out = conn.run(sh(_SACCT, "JobID,State", *ids), mutating=False, check=False, timeout=90).stdout
+        out = conn.run(sh(_SACCT, "State", *ids), mutating=False, check=False, timeout=90).stdout
         return {f[0]: f[1] for f in (line.split("|") for line in out.splitlines()) if len(f) >= 2}
 
     def _fleet_job(self, conn, props: Props, passed: list[str]) -> dict[str, Any]:
@@ -222,7 +222,7 @@ class FleetAcceptanceProvider(RolloutCheck):
             checks.append(judge_deep(c, str(out.rc), (out.stdout + out.stderr).splitlines()))
         alloc = ""
         if props.get("accounting") and job_id:
-            alloc = conn.run(sh(_SACCT, "JobID,AllocTRES", job_id), mutating=False, check=False,
+            alloc = conn.run(sh(_SACCT, "AllocTRES", job_id), mutating=False, check=False,
                              timeout=90).stdout.strip().partition("|")[2]
             checks.append(judge_tres(alloc, gpu_type, count * len(group)))
         return {"job_id": job_id, "nodes": group, "gpus": count * len(group), "alloc_tres": alloc,
