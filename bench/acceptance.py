@@ -6,8 +6,11 @@ own judgement (`FleetAcceptanceProvider.judge`, with the props the deployed stac
 cut to the first k nodes, nothing judged before) `--repeat` times: every node's job at once
 and the all-node job, real Slurm over SSH. Against it, what an admin would otherwise do: the
 same per-node check node after node (k one-node judgements). Prints the median wall times,
-their ratio to the 1-node time and what each added node costs as a share of it (issue 34:
-<= 10 %). Leaves the lab down unless --leave-up.
+their ratio to the 1-node time, what each added node costs as a share of it (issue 34:
+<= 10 %), and the CPU seconds the controller and the nodes spent (each lab host's cgroup,
+cpuacct): every lab host shares this machine's cores, so the nodes' own work, which on a
+fleet runs on each node's CPUs, here queues for the same few. Leaves the lab down unless
+--leave-up.
 
     .venv/bin/python bench/acceptance.py [--nodes 1,3,6,12] [--repeat 3] [--leave-up]
 """
@@ -17,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -46,12 +48,23 @@ def cut(props: dict, nodes: list[str], report_dir: Path) -> dict:
             "report_dir": str(report_dir)}
 
 
-def judged(props: dict) -> float:
-    start = time.monotonic()
+CPUACCT = Path("/sys/fs/cgroup/cpuacct/gpu-fleet-lab")
+
+
+def host_cpu_s() -> dict[str, float]:
+    """CPU seconds each lab host has used since it booted (its cgroup's cpuacct.usage)."""
+    return {d.name: int((d / "cpuacct.usage").read_text()) / 1e9 for d in CPUACCT.iterdir()
+            if (d / "cpuacct.usage").exists()}
+
+
+def judged(props: dict) -> tuple[float, float, float]:
+    """(wall s, the controller's CPU s, the nodes' CPU s) of one judgement."""
+    before, start = host_cpu_s(), time.monotonic()
     out = FleetAcceptanceProvider().judge(props, {})
-    took = time.monotonic() - start
+    took, after = time.monotonic() - start, host_cpu_s()
     assert out["accepted"] == props["admitted"], out["failed"]
-    return took
+    used = {h: after[h] - before.get(h, 0.0) for h in after}
+    return took, used.get("ctl", 0.0), sum(v for h, v in used.items() if h.startswith("node"))
 
 
 def main() -> None:
@@ -77,23 +90,27 @@ def main() -> None:
             names = list(props["admitted"])
             for k in counts:
                 nodes = names[:k]
-                fleet = statistics.median(judged(cut(props, nodes, tmp / "r")) for _ in range(args.repeat))
-                serial = sum(judged(cut(props, [n], tmp / "r")) for n in nodes)
-                rows.append({"nodes": k, "parallel_s": round(fleet, 2), "node_by_node_s": round(serial, 2)})
+                runs = sorted(judged(cut(props, nodes, tmp / "r")) for _ in range(args.repeat))
+                wall, ctl_cpu, nodes_cpu = runs[len(runs) // 2]
+                serial = sum(judged(cut(props, [n], tmp / "r"))[0] for n in nodes)
+                rows.append({"nodes": k, "parallel_s": round(wall, 2), "node_by_node_s": round(serial, 2),
+                             "ctl_cpu_s": round(ctl_cpu, 2), "nodes_cpu_s": round(nodes_cpu, 2)})
                 print(json.dumps(rows[-1]), flush=True)
             proj.run("destroy", "--yes", "--stack", STACK, timeout=1800)
     finally:
         if not args.leave_up:
             lab_command("down", timeout=600)
     base = rows[0]
-    print("\n| nodes | acceptance s, all at once (x 1-node) | per added node, % of 1-node "
-          "| node by node s | node by node / all at once |")
-    print("|---|---|---|---|---|")
+    print(f"\n{os.cpu_count()} cores on this machine, shared by every lab host")
+    print("| nodes | acceptance s, all at once (x 1-node) | per added node, % of 1-node "
+          "| node by node s | node by node / all at once | controller CPU s | nodes' CPU s (per node) |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         added = r["nodes"] - base["nodes"]
         add = f"{100 * (r['parallel_s'] - base['parallel_s']) / added / base['parallel_s']:.1f}" if added else "-"
         print(f"| {r['nodes']} | {r['parallel_s']} ({r['parallel_s'] / base['parallel_s']:.2f}) | {add} | "
-              f"{r['node_by_node_s']} | {r['node_by_node_s'] / r['parallel_s']:.2f} |")
+              f"{r['node_by_node_s']} | {r['node_by_node_s'] / r['parallel_s']:.2f} | {r['ctl_cpu_s']} | "
+              f"{r['nodes_cpu_s']} ({r['nodes_cpu_s'] / r['nodes']:.2f}) |")
 
 
 if __name__ == "__main__":

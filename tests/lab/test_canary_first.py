@@ -64,6 +64,6 @@ def test_fixed_canary_then_the_rest_roll_in_order(project):
                              if c["host"] == n and c["mutating"] and "apt-get" in c["cmd"]
                              and "slurmd=" in c["cmd"])
         assert gate < first_install, (n, log[gate], log[first_install])
-    out = json.loads(project.run("stack", "output", "canary", "--json", "--stack", "lab").stdout)
-    assert out["passed"] is True
+    out = json.loads(project.run("stack", "output", "acceptance", "--json", "--stack", "lab").stdout)
+    assert out["accepted"] == NODES and out["failed"] == {}, out["failed"]
     assert sorted(ssh("ctl", as_user("srun -N3 -p lab -t 1 hostname")).stdout.split()) == NODES

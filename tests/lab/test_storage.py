@@ -97,8 +97,11 @@ def test_read_only_is_the_servers_doing(stored):
 
 
 def test_the_canary_reads_the_marker_writes_its_job_root_and_cannot_write_models(stored):
-    canary = outputs(stored)["canary"]
-    assert canary["passed"] is True
+    acc = outputs(stored)["acceptance"]
+    assert acc["failed"] == {} and acc["accepted"], acc["failed"]
+    for node, r in acc["nodes"].items():  # every node's job: marker read, job root written, EROFS
+        assert r["checks"]["models_read_only"] == {"passed": True, "seen": "write into the model store: EROFS"}, node
+        assert r["checks"]["model_marker"]["passed"] and r["checks"]["job_root"]["passed"], (node, r["checks"])
     out = ssh("ctl", as_user(f"srun -N1 -p lab -w node1 -t 1 sh -c 'cat {MODELS}/.gpu-fleet-store; "
                              f"echo x > {MODELS}/x 2>&1 || echo refused; id -u > {DATA}/jobs/u.$$; "
                              f"stat -c %u {DATA}/jobs/u.$$; rm {DATA}/jobs/u.$$'")).stdout
