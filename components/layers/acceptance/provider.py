@@ -24,7 +24,7 @@ from ...kit import connect, sh
 from ...providers.base import RolloutCheck
 from ...providers.parts import Props, _entry, target_of
 from ...scripts import script
-from ...transport import SshTarget
+from ...transport import SshTarget, fan_out
 from ..slurm.canary import munge_gate, set_partitions
 from ..slurm.render import count_visible_gpus
 from .criteria import Layers, criteria
@@ -167,7 +167,8 @@ class FleetAcceptanceProvider(RolloutCheck):
             set_partitions(conn, props["partitions"], "INACTIVE")
             raise FleetError(f"Slurm nodes are not all idle after {timeout} s; partitions "
                              f"{', '.join(props['partitions'])} set INACTIVE:\n  " + not_ready.replace("\n", "\n  "))
-        seen = {n: parse_node(blocks.get(n, [])) for n in todo}
+        outputs = self._fetch_outputs(props, blocks)
+        seen = {n: parse_node([*blocks.get(n, []), *outputs.get(n, [])]) for n in todo}
         states = self._oom_states(conn, seen) if props.get("accounting") else {}
         out = {}
         for n in todo:
@@ -185,6 +186,21 @@ class FleetAcceptanceProvider(RolloutCheck):
                       "checks": checks, "hash": spec["hash"],
                       **({"output": s["output"][-40:]} if reason else {})}
         return out
+
+    def _fetch_outputs(self, props: Props, blocks: dict[str, list[str]]) -> dict[str, list[str]]:
+        """Each node's job output from the node's /tmp (sbatch wrote it there), removed once read."""
+        ids = {n: line.partition("=")[2] for n, lines in blocks.items() for line in lines
+               if line.startswith("submitted=")}
+
+        def read(c) -> list[str]:
+            try:
+                out = c.run(["sh", "-c", 'f=/tmp/gpu-fleet-acceptance-$1.out; cat "$f"; rm -f "$f"', "sh",
+                             ids[c.t.name]], mutating=True, check=False)
+            except FleetError as e:  # the node is judged on what is known: its job's output is missing
+                return [f"fetch_error={e}"]
+            return out.stdout.splitlines()
+
+        return fan_out([SshTarget.from_dict(props["node_conns"][n]) for n in ids], read)
 
     def _oom_states(self, conn, seen: dict[str, dict]) -> dict[str, str]:
         """The over-memory steps' State as accounting recorded it (records land a few seconds late)."""

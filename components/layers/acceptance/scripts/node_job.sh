@@ -1,11 +1,13 @@
 #!/bin/sh
-# A node's acceptance job: run by salloc on the controller, its steps run on the node one kind
-# after another, every line prefixed by its step kind. GF_STEP holds step.sh; GF_DEEP the stack's
-# node deep checks, one per line: name, timeout (s), command, tab-separated.
-# $1 the node's GPU count, $2 GPU device prefix, $3 pynvml dir ("" without the GPU layer),
-# $4 job root, $5 read-only store ("" for none), $6 model marker ("" for none).
+# A node's acceptance job: the batch script sbatch runs on the node (its output file is fetched
+# afterwards), its steps one kind after another, every line prefixed by its step kind. From the
+# environment: GF_STEP step.sh; GF_DEEP the stack's node deep checks, one per line: name,
+# timeout (s), command, tab-separated; GF_COUNT the node's GPU count, GF_PREFIX the GPU device
+# prefix, GF_PYNVML the pynvml dir ("" without the GPU layer), GF_ROOT the job root, GF_RO the
+# read-only store ("" for none), GF_MARKER the model marker ("" for none).
 
-count=$1 prefix=$2
+count=$GF_COUNT prefix=$GF_PREFIX
+set -- "" "" "$GF_PYNVML" "$GF_ROOT" "$GF_RO" "$GF_MARKER"
 echo "job=$SLURM_JOB_ID"
 gres=""; [ "$count" -gt 0 ] && gres="--gres=gpu:$count"
 # shellcheck disable=SC2086  # $gres is one word or none

@@ -58,7 +58,7 @@ print("nvml_done=1")' 2>&1 | sed '/^nvml/!s/^/nvml_error=/'
 gpu)
   # hold the GPU until every single-GPU step of the node holds one (or 60 s): each of the
   # node's GPUs must then be in exactly one step
-  b=/tmp/gpu-fleet-acceptance-$J; mkdir -p "$b" && touch "$b/$SLURM_STEP_ID"
+  b=/tmp/gpu-fleet-barrier-$J; mkdir -p "$b" && touch "$b/$SLURM_STEP_ID"
   n=0; while [ "$(find "$b" -type f | wc -l)" -lt "$2" ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
   echo "step=$SLURM_STEP_ID cvd=${CUDA_VISIBLE_DEVICES-unset} held=$(find "$b" -type f | wc -l) $(devices "$1" "$2")" ;;
 oom)
@@ -82,7 +82,7 @@ except OSError as e:
   fi
   exit 3 ;;
 residue)
-  rm -rf "/tmp/gpu-fleet-acceptance-$J"
+  rm -rf "/tmp/gpu-fleet-barrier-$J"
   if [ -e "$1/gpu-fleet-acceptance-$J" ]; then echo "residue=left"; else echo "residue=none"; fi ;;
 *)
   echo "unknown step $mode" >&2; exit 2 ;;
