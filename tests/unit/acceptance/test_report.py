@@ -7,22 +7,11 @@ import copy
 import json
 import os
 import re
-from pathlib import Path
 
 import pytest
 
 from components.layers.acceptance.report import render_html, write_report
-
-GOLDEN = Path(__file__).resolve().parent / "golden"
-
-
-def check_golden(name: str, text: str) -> None:
-    path = GOLDEN / name
-    if os.environ.get("GPU_FLEET_UPDATE_GOLDEN"):
-        path.write_text(text)
-    assert path.exists(), f"missing golden file {path}; run with GPU_FLEET_UPDATE_GOLDEN=1"
-    assert text == path.read_text(), f"{name} differs from its golden file"
-
+from tests.unit.slurm.test_slurm_render import check_golden
 
 def _check(name, passed, seen):
     return {"name": name, "passed": passed, "seen": seen}
@@ -70,7 +59,7 @@ def _row_of(page: str, text: str) -> str:
 
 
 def test_golden_mixed_report():
-    check_golden("mixed.html", render_html(MIXED))
+    check_golden("acceptance.mixed.html", render_html(MIXED))
 
 
 def test_summary_counts_passed_nodes_and_partition_state():
