@@ -92,11 +92,13 @@ class Acceptance(pulumi.ComponentResource):
         fleet = None
         if a.enabled and site.slurm_nodes():
             by_name = {n.name: n for n in site.nodes}
-            checks = {"timeout_s": spec.timeout_s, "job_mem_mib": a.job_mem_mib, "prefix": inputs.device_prefix,
-                      "pynvml": inputs.pynvml_dir or "", "job_root": spec.paths.job_root,
-                      "readonly": spec.paths.readonly_probe or "", "marker": spec.paths.marker or "",
-                      "accounting": spec.accounting, "scripts": sha256(_FLEET_JOBS + _NODE_JOB + _STEP, 16),
-                      "deep": repr([c.model_dump() for c in a.deep_checks])}
+            #: how every node is judged: the props the provider reads, and part of each node's hash
+            judging = {"timeout_s": spec.timeout_s, "job_mem_mib": a.job_mem_mib,
+                       "device_prefix": inputs.device_prefix, "pynvml_dir": inputs.pynvml_dir or "",
+                       "job_root": spec.paths.job_root, "readonly_probe": spec.paths.readonly_probe or "",
+                       "marker": spec.paths.marker or "", "accounting": spec.accounting,
+                       "deep_checks": [c.model_dump() for c in a.deep_checks]}
+            checks = {**judging, "scripts": sha256(_FLEET_JOBS + _NODE_JOB + _STEP, 16)}
 
             def nodes(t: list) -> dict[str, dict]:
                 admitted, verdicts, applied = t[0], t[1] or {}, t[2] or {}
@@ -119,11 +121,7 @@ class Acceptance(pulumi.ComponentResource):
                 "nodes": pulumi.Output.all(inputs.admitted, verdicts,
                                            pulumi.Output.from_input(dict(inputs.triggers))).apply(nodes),
                 "user": spec.canary_user, "partition": ACCEPTANCE_PARTITION, "partitions": list(spec.partitions),
-                "min_nodes": a.min_nodes, "timeout_s": spec.timeout_s, "job_mem_mib": a.job_mem_mib,
-                "device_prefix": inputs.device_prefix, "pynvml_dir": inputs.pynvml_dir or "",
-                "job_root": spec.paths.job_root, "readonly_probe": spec.paths.readonly_probe or "",
-                "marker": spec.paths.marker or "", "accounting": spec.accounting,
-                "deep_checks": [c.model_dump() for c in a.deep_checks],
+                "min_nodes": a.min_nodes, **judging,
                 "refused": inputs.refused, "k3s": inputs.k3s, "slurm": inputs.slurm_version,
                 "web": (inputs.web_seen.apply(lambda w: f"the web layer's check passed: {w}"[:400])
                         if inputs.web_seen is not None else None),

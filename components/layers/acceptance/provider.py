@@ -25,7 +25,7 @@ from ...providers.base import RolloutCheck
 from ...providers.parts import Props, _entry, target_of
 from ...scripts import script
 from ...transport import SshTarget, fan_out
-from ..slurm.canary import munge_gate, set_partitions
+from ..slurm.canary import SACCT_FIELDS, judge_sacct, munge_gate, set_partitions
 from ..slurm.render import count_visible_gpus
 from .criteria import Layers, criteria
 from .node_checks import NodeExpect, check, first_failure, judge_deep, judge_node, parse_blocks, parse_node
@@ -34,7 +34,6 @@ from .report import write_report
 _FLEET_JOBS = script(__file__, "fleet_jobs.sh")
 _NODE_JOB = script(__file__, "node_job.sh")
 _STEP = script(__file__, "step.sh")
-_SACCT = script(__file__, "sacct_fields.sh")
 #: where the jobs run: the nodes under judgement, for the canary user only
 RESERVATION = "gpu-fleet-acceptance"
 #: what each rank of the all-node job prints
@@ -70,10 +69,8 @@ def _visible(cvd: str) -> int:
 
 def judge_tres(alloc_tres: str, gpu_type: str, total: int) -> dict:
     """Accounting counts the GPUs both generic and typed (the seed's criterion 4)."""
-    fields = dict(f.split("=", 1) for f in alloc_tres.split(",") if "=" in f)
-    want = {"gres/gpu": str(total), f"gres/gpu:{gpu_type}": str(total)}
-    return check("accounted_tres", all(fields.get(k) == v for k, v in want.items()),
-                 f"AllocTRES {alloc_tres or '(no record)'}; expected " + ", ".join(f"{k}={v}" for k, v in want.items()))
+    return check("accounted_tres", not judge_sacct(alloc_tres, gpu_type, total),
+                 f"AllocTRES {alloc_tres or '(no record)'}; expected gres/gpu={total}, gres/gpu:{gpu_type}={total}")
 
 
 class FleetAcceptanceProvider(RolloutCheck):
@@ -94,15 +91,12 @@ class FleetAcceptanceProvider(RolloutCheck):
             return UpdateResult(outs={**olds, "conn": news["conn"]})
         return UpdateResult(outs={**news, **self.judge(news, olds)})
 
-    def run(self, props: Props) -> dict[str, Any]:
-        return self.judge(props, {})
-
     def judge(self, props: Props, olds: Props) -> dict[str, Any]:
         """Jobs on the nodes whose inputs changed since `olds`; the verdict on all of them."""
         before = olds.get("results") or {}
         conn = connect(props["conn"])
         nodes = {n: props["nodes"][n] for n in props["admitted"]}  # stack order (a map's keys have none)
-        todo = to_test({"results": before}, {**props, "nodes": nodes})
+        todo = to_test(olds, props)
         results = {n: r for n, r in before.items() if n in nodes and n not in todo}
         fleet_job = olds.get("fleet_job") if not todo else None
         if todo:
@@ -177,7 +171,7 @@ class FleetAcceptanceProvider(RolloutCheck):
                            uuids=tuple(spec.get("uuids") or ()), cpus=int(spec["cpus"]),
                            mem_mib=int(props["job_mem_mib"]), nvml=bool(props.get("pynvml_dir")),
                            marker=bool(props.get("marker")), readonly=bool(props.get("readonly_probe")),
-                           deep=tuple(deep_checks(props, "node")))
+                           deep=tuple(deep))
             s = seen[n]
             checks = judge_node(s, e, gres.get(n, ""), states.get(f"{s.get('job')}.{s['oom'].get('step')}", "")
                                 if props.get("accounting") else None)
@@ -207,7 +201,7 @@ class FleetAcceptanceProvider(RolloutCheck):
         ids = [f"{s['job']}.{s['oom']['step']}" for s in seen.values() if s.get("job") and s["oom"].get("step")]
         if not ids:
             return {}
-        out = conn.run(sh(_SACCT, "State", *ids), mutating=False, check=False, timeout=90).stdout
+        out = conn.run(sh(SACCT_FIELDS, "State", *ids), mutating=False, check=False, timeout=90).stdout
         return {f[0]: f[1] for f in (line.split("|") for line in out.splitlines()) if len(f) >= 2}
 
     def _fleet_job(self, conn, props: Props, passed: list[str]) -> dict[str, Any]:
@@ -219,26 +213,25 @@ class FleetAcceptanceProvider(RolloutCheck):
         group = [n for n in passed if (nodes[n]["gpus"], nodes[n]["gpu_type"]) == (count, gpu_type)]
         timeout = int(props["timeout_s"])
         gres = [f"--gres=gpu:{gpu_type}:{count}"] if count else []
-        res = conn.run(["sh", "-c", 'cd /tmp && "$@"', "sh", "timeout", str(timeout), "runuser", "-u", props["user"],
-                        "--", "srun", f"--partition={props['partition']}", f"--reservation={RESERVATION}",
-                        f"-N{len(group)}",
-                        f"--nodelist={','.join(group)}", "--ntasks-per-node=1", "--exclusive", *gres,
-                        f"--mem={props['job_mem_mib']}", f"--time={(timeout + 59) // 60}",
-                        "--job-name=gpu-fleet-acceptance-fleet", "sh", "-c", _RANK],
-                       mutating=True, check=False, timeout=timeout + 30)
+
+        def srun(name: str, limit_s: int, *argv: str):
+            """One job across the group as the canary user, under a timeout."""
+            return conn.run(["sh", "-c", 'cd /tmp && "$@"', "sh", "timeout", str(limit_s), "runuser", "-u",
+                             props["user"], "--", "srun", f"--partition={props['partition']}",
+                             f"--reservation={RESERVATION}", f"-N{len(group)}", f"--nodelist={','.join(group)}",
+                             "--ntasks-per-node=1", "--exclusive", *gres, f"--mem={props['job_mem_mib']}",
+                             f"--time={(limit_s + 59) // 60}", f"--job-name={name}", *argv],
+                            mutating=True, check=False, timeout=limit_s + 60)
+
+        res = srun("gpu-fleet-acceptance-fleet", timeout, "sh", "-c", _RANK)
         job_id = next(iter(re.findall(r"job=(\d+)", res.stdout)), "")
         checks = judge_fleet_job(res.stdout, res.rc, group, count)
-        base = ["sh", "-c", 'cd /tmp && "$@"', "sh", "runuser", "-u", props["user"], "--", "srun",
-                f"--partition={props['partition']}", f"--reservation={RESERVATION}", f"-N{len(group)}",
-                f"--nodelist={','.join(group)}", "--ntasks-per-node=1", "--exclusive", *gres,
-                f"--mem={props['job_mem_mib']}", "--job-name=gpu-fleet-acceptance-deep"]
         for c in deep_checks(props, "fleet"):
-            out = conn.run([*base, f"--time={(int(c['timeout_s']) + 59) // 60}", "timeout", str(c["timeout_s"]),
-                            "sh", "-c", c["command"]], mutating=True, check=False, timeout=int(c["timeout_s"]) + 60)
+            out = srun("gpu-fleet-acceptance-deep", int(c["timeout_s"]), "sh", "-c", c["command"])
             checks.append(judge_deep(c, str(out.rc), (out.stdout + out.stderr).splitlines()))
         alloc = ""
         if props.get("accounting") and job_id:
-            alloc = conn.run(sh(_SACCT, "AllocTRES", job_id), mutating=False, check=False,
+            alloc = conn.run(sh(SACCT_FIELDS, "AllocTRES", job_id), mutating=False, check=False,
                              timeout=90).stdout.strip().partition("|")[2]
             checks.append(judge_tres(alloc, gpu_type, count * len(group)))
         return {"job_id": job_id, "nodes": group, "gpus": count * len(group), "alloc_tres": alloc,

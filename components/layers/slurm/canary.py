@@ -44,7 +44,8 @@ from .render import ACCEPTANCE_PARTITION, count_visible_gpus
 
 _NODES_READY = script(__file__, "nodes_ready.sh")
 _JOB = script(__file__, "job.sh")
-_SACCT_ALLOC_TRES = script(__file__, "sacct_alloc_tres.sh")
+#: "JobID|<fields>" of jobs or steps once accounting's record is final (the acceptance layer's too)
+SACCT_FIELDS = script(__file__, "sacct_fields.sh")
 
 
 def parse_job(stdout: str) -> dict[str, str]:
@@ -90,13 +91,13 @@ def judge(job: dict[str, str], rc: int, gpus_on_node: int, gres_used_after: Opti
     return fails
 
 
-def judge_sacct(alloc_tres: str, gpu_type: str) -> list[str]:
-    """The job's accounted TRES must count the GPU both generic and typed (the seed's rule)."""
+def judge_sacct(alloc_tres: str, gpu_type: str, count: int = 1) -> list[str]:
+    """The job's accounted TRES must count its `count` GPUs both generic and typed (the seed's rule)."""
     fields = dict(f.split("=", 1) for f in alloc_tres.split(",") if "=" in f)
     fails = []
     for key in ("gres/gpu", f"gres/gpu:{gpu_type}"):
-        if fields.get(key) != "1":
-            fails.append(f"sacct AllocTRES {alloc_tres!r} does not count {key}=1")
+        if fields.get(key) != str(count):
+            fails.append(f"sacct AllocTRES {alloc_tres!r} does not count {key}={count}")
     return fails
 
 
@@ -161,7 +162,8 @@ class CanaryJobProvider(RolloutCheck):
 
     def _sacct(self, conn, job_id: str) -> str:
         """AllocTRES of the job as accounting recorded it (records land a few seconds late)."""
-        return conn.run(sh(_SACCT_ALLOC_TRES, job_id), mutating=False, check=False, timeout=60).stdout.strip()
+        out = conn.run(sh(SACCT_FIELDS, "AllocTRES", job_id), mutating=False, check=False, timeout=90).stdout
+        return out.strip().partition("|")[2]
 
     def _munge_gate(self, conn, props: Props) -> None:
         munge_gate(conn, [SshTarget.from_dict(c) for c in props.get("node_conns") or []], props["partitions"])
