@@ -2,7 +2,7 @@
 
 Each layer is a direct child of the Fleet, built from a typed inputs object and
 handing on a typed outputs object; no layer constructs another. The seed's
-order: storage, GPU runtime, K3s retirement, Slurm, accounting, web, guards, model
+order: storage, GPU runtime, K3s retirement, Slurm, accounting, tenancy, web, guards, model
 snapshot, acceptance (the layers not built yet are refused by the config, so
 they never appear here as silent no-ops). Admission (components/admission.py)
 turns the gating layers' verdicts into the nodes Slurm takes.
@@ -29,6 +29,7 @@ from .inventory import Inventory, fleet_summary
 from .site import Site
 from .layers.acceptance.component import Acceptance, AcceptanceInputs
 from .layers.slurm.canary import JobPaths, JobSpec
+from .layers.slurm.scheduling import NO_SCHEDULING
 from .layers.accounting.component import JWT_KEY, RESTD_SOCKET_DIR, Accounting, AccountingInputs
 from .layers.gpu_runtime.component import GpuRuntime, GpuRuntimeInputs
 from .layers.guards.component import Guards, GuardsInputs
@@ -36,6 +37,8 @@ from .layers.k3s_retirement.component import K3sRetirement, K3sRetirementInputs
 from .layers.model_snapshot.component import ModelSnapshot, ModelSnapshotInputs
 from .layers.slurm.component import SlurmCluster, SlurmInputs
 from .layers.storage.component import Storage, StorageInputs
+from .layers.tenancy.component import Tenancy, TenancyInputs
+from .layers.tenancy.render import scheduling
 from .layers.web.component import Web, WebInputs
 
 
@@ -104,7 +107,7 @@ class Fleet(pulumi.ComponentResource):
                 site=site, model=cfg.model_snapshot, storage=self.storage, token=secrets.hf_token), child).outputs
             final_paths = self.model.job_paths
 
-        self.slurm = self.accounting = self.acceptance = self.web = self.guards = None
+        self.slurm = self.accounting = self.acceptance = self.web = self.guards = self.tenancy = None
         if not (cfg.slurm.enabled and secrets.munge_key is not None):
             self.register_outputs({"summary": self.summary})
             return
@@ -119,7 +122,8 @@ class Fleet(pulumi.ComponentResource):
         self.slurm = SlurmCluster("slurm", SlurmInputs(
             site=site, slurm=cfg.slurm, acceptance=cfg.acceptance.enabled, munge_key=secrets.munge_key,
             admission=self.admission, controller_gate=controller_gate, accounting=accounting, job=job,
-            node_after=node_after), child).outputs
+            node_after=node_after,
+            scheduling=scheduling(cfg.tenancy, cfg.slurm_nodes()) if accounting else NO_SCHEDULING), child).outputs
         after = [self.slurm.reconfigured]
         if accounting and secrets.db_password is not None and secrets.jwt_key is not None:  # (implied: typed)
             self.accounting = Accounting("accounting", AccountingInputs(
@@ -127,7 +131,14 @@ class Fleet(pulumi.ComponentResource):
                 slurm_debian_version=cfg.slurm.release.debian_version, db_password=secrets.db_password,
                 jwt_key=secrets.jwt_key, controller_base=self.slurm.controller_base,
                 slurmctld=self.slurm.slurmctld), child).outputs
-            hand_over(pulumi.Output.from_input([self.accounting.ready]))
+            gate: list[pulumi.Resource] = [self.accounting.ready]
+            if cfg.tenancy.enabled:
+                # associations are enforced: they exist before slurmctld takes a job
+                self.tenancy = Tenancy("tenancy", TenancyInputs(
+                    site=site, tenancy=cfg.tenancy, cluster_name=cfg.slurm.cluster_name,
+                    canary_user=cfg.slurm.canary_user, after=[self.accounting.ready]), child).outputs
+                gate.append(self.tenancy.objects)
+            hand_over(pulumi.Output.from_input(gate))
             after.append(self.accounting.checked)
             if cfg.web.enabled:
                 self.web = Web("web", WebInputs(
@@ -158,4 +169,5 @@ class Fleet(pulumi.ComponentResource):
     def built(self) -> list[Exports]:
         """The admission and every layer built, in the order the stack exports them."""
         return [x for x in (self.admission, self.storage, self.gpu, self.model, self.k3s, self.slurm,
-                            self.accounting, self.web, self.guards, self.acceptance) if x is not None]
+                            self.accounting, self.tenancy, self.web, self.guards, self.acceptance)
+                if x is not None]

@@ -21,6 +21,7 @@ from ..layers.k3s_retirement.config import K3sRetirementLayer, check as k3s_chec
 from ..layers.model_snapshot.config import ModelSnapshotLayer, check as model_check
 from ..layers.slurm.config import SlurmLayer, check as slurm_check
 from ..layers.storage.config import StorageLayer, check as storage_check
+from ..layers.tenancy.config import TenancyLayer, check as tenancy_check
 from ..layers.web.config import WebLayer, check as web_check
 from .hosts import Hosts, NodeSpec, SshSpec
 from .project import PROJECT
@@ -30,7 +31,7 @@ from .types import Strict
 #: A section for one of them is an error (it would do nothing); landing a layer removes its
 #: line here and adds its field to FleetConfig.
 NOT_BUILT = {
-    "tenancy": "the tenancy layer (multi-tenant quotas)",
+    "workload": "the workload layer (the render pipeline and its media gates)",
 }
 
 Check = Callable[["FleetConfig"], list[str]]
@@ -70,6 +71,7 @@ class FleetConfig(Strict):
     k3s_retirement: Annotated[K3sRetirementLayer, Layer(k3s_check)] = K3sRetirementLayer()
     web: Annotated[WebLayer, Layer(web_check)] = WebLayer()
     guards: Annotated[GuardsLayer, Layer(guards_check)] = GuardsLayer()
+    tenancy: Annotated[TenancyLayer, Layer(tenancy_check)] = TenancyLayer()
     acceptance: Annotated[AcceptanceLayer, Layer(acceptance_check)] = AcceptanceLayer()
 
     @property

@@ -45,7 +45,7 @@ class BundleProvider(HostPrimitive):
     """Subclasses name the member kind (`member`)."""
 
     member: HostPrimitive
-    replace_on = ("bundle",)
+    replace_on: tuple[str, ...] = ("bundle",)
     record_keys = ("records",)
 
     def key(self, props: Props) -> str:

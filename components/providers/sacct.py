@@ -24,13 +24,15 @@ from pulumi.dynamic import Resource
 
 from ..facts.sacctmgr import parse_parsable2, show_argv
 from ..kit import sh
+from ..transport.command import Piece, shell_join
 from .base import HostPrimitive
+from .bundle import BundleProvider
 from .parts import Observed, PlanRefused, Props, Step
 
 #: the fields each kind manages, by sacctmgr's names (format= and set take the same)
 FIELDS = {
-    "qos": ("Description", "Priority", "GraceTime", "Preempt", "PreemptMode", "Flags", "UsageFactor",
-            "GrpTRES", "GrpJobs", "GrpSubmitJobs", "GrpWall", "MaxTRES", "MaxTRESPerAccount",
+    "qos": ("Description", "Priority", "GraceTime", "PreemptExemptTime", "Preempt", "PreemptMode", "Flags",
+            "UsageFactor", "GrpTRES", "GrpJobs", "GrpSubmitJobs", "GrpWall", "MaxTRES", "MaxTRESPerAccount",
             "MaxTRESPerUser", "MaxJobsPerAccount", "MaxJobsPerUser", "MaxSubmitJobsPerUser", "MaxWall"),
     "account": ("Fairshare", "GrpTRES", "GrpJobs", "GrpSubmitJobs", "GrpWall", "MaxTRES", "MaxJobs",
                 "MaxSubmitJobs", "MaxWall", "QOS", "DefaultQOS"),
@@ -44,8 +46,15 @@ _KEYS = {"qos": ("Name",), "account": ("Cluster", "Account", "User", "Partition"
          "user": ("Cluster", "Account", "User", "Partition")}
 
 
-#: fields sacctmgr sets in whole seconds (an integer) but prints as [days-]hours:minutes:seconds
-_SECONDS = ("GraceTime",)
+#: fields sacctmgr prints as [days-]hours:minutes:seconds; GraceTime is set in whole seconds,
+#: PreemptExemptTime as a time (a bare number there would be minutes), so it is set as H:MM:SS
+_SECONDS = ("GraceTime", "PreemptExemptTime")
+_AS_TIME = ("PreemptExemptTime",)
+
+
+def _as_time(secs: str) -> str:
+    n = int(secs)
+    return f"{n // 3600}:{n // 60 % 60:02d}:{n % 60:02d}"
 
 
 def _seconds(text: str) -> str:
@@ -139,7 +148,8 @@ def plan_fields(props: Props, wanted: dict[str, Any], actual: dict[str, str]) ->
     """Pure: for each wanted field, the `sacctmgr -i modify` that sets it, or the reason it needs
     none. A TRES list is set whole: a TRES there but not wanted is set to -1."""
     kind, out = props["kind"], []
-    for field in sorted(wanted):
+    # in the kind's order (QOS before DefaultQOS: a default must be in the list first)
+    for field in sorted(wanted, key=lambda f: (FIELDS[kind].index(f) if f in FIELDS[kind] else 99, f)):
         want, have = canonical(field, wanted[field]), canonical(field, actual.get(field))
         if want == have:
             out.append(FieldPlan(field, None, f"no change: {field} is {have or 'empty'} already"))
@@ -150,6 +160,8 @@ def plan_fields(props: Props, wanted: dict[str, Any], actual: dict[str, str]) ->
             keep = {p.split("=", 1)[0] for p in want.split(",")}
             gone = [f"{p.split('=', 1)[0]}=-1" for p in have.split(",") if p and p.split("=", 1)[0] not in keep]
             value = ",".join([want, *gone])
+        elif field in _AS_TIME and want.isdigit():
+            value = _as_time(want)
         else:
             value = want
         argv = ["sacctmgr", "-i", "modify", kind, "where", *where(props), "set", f"{field}={value}"]
@@ -269,3 +281,106 @@ class SlurmUser(Resource, module="slurm", name="User"):
                  fields: Optional[dict] = None, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__(SacctObjectProvider(), name,
                          _props("user", conn, user, fields, account=account, cluster=cluster), opts)
+
+
+# ---- all of a cluster's objects as one resource ------------------------------------------------
+
+_QOS_END, _ASSOC_END, _SQUEUE_FAILED = "@@gpu-fleet-qos-end", "@@gpu-fleet-assoc-end", "@@gpu-fleet-squeue-failed"
+#: the jobs each account has queued or running: a team is not removed under them
+_JOBS = "@jobs"
+
+
+def _union(members: list[Props], kinds: tuple[str, ...]) -> list[str]:
+    """The fields any member of `kinds` manages, in FIELDS order (only those: a field this
+    sacctmgr does not know would fail the read)."""
+    wanted = {f for m in members if m["kind"] in kinds for f in (m.get("fields") or {})}
+    order = [f for k in kinds for f in FIELDS[k]]
+    return [f for f in dict.fromkeys(order) if f in wanted]
+
+
+def bundle_probe_script(cluster: str, members: list[Props]) -> list[Piece]:
+    """One command for every object: all QOS, all of the cluster's associations, the queue's
+    accounts (two sacctmgr calls and one squeue, however many teams)."""
+    for m in members:
+        _columns(m)  # refuses a field the kind has not, naming it
+    qos = show_argv("qos", ["Name", *_union(members, ("qos",))])
+    assoc = show_argv("association", [*_KEYS["account"], *_union(members, ("account", "user"))], cluster=cluster)
+    return ["sh", "-c", f"set -e; {shell_join(qos)}; echo {_QOS_END}; {shell_join(assoc)}; echo {_ASSOC_END}; "
+            f"squeue -h -a -t PENDING,RUNNING,SUSPENDED,REQUEUED -o '%a|%i' 2>/dev/null || echo {_SQUEUE_FAILED}"]
+
+
+def bundle_parse(cluster: str, members: list[Props], stdout: str) -> dict[str, Any]:
+    """Pure: the probe's output -> each member's {'present', 'fields'} by key, and under `@jobs`
+    account -> its queued job ids (None when squeue did not answer: no slurmctld)."""
+    qos_text, _, rest = stdout.partition(_QOS_END + "\n")
+    assoc_text, _, queue = rest.partition(_ASSOC_END + "\n")
+    qos_rows = {r["Name"]: r for r in parse_parsable2(qos_text, ["Name", *_union(members, ("qos",))])}
+    acols = [*_KEYS["account"], *_union(members, ("account", "user"))]
+    assoc_rows = {(r["Account"], r["User"]): r for r in parse_parsable2(assoc_text, acols)
+                  if r["Cluster"] == cluster and r["Partition"] == ""}
+    out: dict[str, Any] = {}
+    for m in members:
+        fields = sorted(m.get("fields") or {})
+        if m["kind"] == "qos":
+            row = qos_rows.get(m["name"])
+        else:
+            row = assoc_rows.get((m["account"], m["name"]) if m["kind"] == "user" else (m["name"], ""))
+        out[SacctObjectProvider().key(m)] = ({"present": True, "fields": {f: row[f] for f in fields}}
+                                             if row else {"present": False, "fields": {}})
+    jobs: Optional[dict[str, list[str]]] = None
+    if _SQUEUE_FAILED not in queue:
+        jobs = {}
+        for line in queue.splitlines():
+            account, _, job = line.partition("|")
+            if job:
+                jobs.setdefault(account.lower(), []).append(job)
+    out[_JOBS] = jobs
+    return out
+
+
+class SacctObjectsProvider(BundleProvider):
+    """Every QOS, account and user association one layer keeps on a cluster, as one resource:
+    one probe (two sacctmgr calls, whatever the count), each member planned by the member
+    planner above, in the stack's order (QOS, then accounts, then users); removed in reverse.
+    An account is never removed while jobs are queued or running under it."""
+
+    member = SacctObjectProvider()
+    replace_on: tuple[str, ...] = ("bundle", "cluster")
+
+    def members(self, props: Props) -> dict[str, Props]:
+        ms = [{**m, "conn": props["conn"], "cluster": props["cluster"]} for m in props.get("members") or []]
+        return {self.member.key(m): m for m in ms}
+
+    def probe_argv(self, props: Props) -> list[Piece]:
+        return bundle_probe_script(props["cluster"], list(self.members(props).values()))
+
+    def parse(self, props: Props, stdout: str) -> Observed:
+        return bundle_parse(props["cluster"], list(self.members(props).values()), stdout)
+
+    def plan_delete(self, props: Props, observed: Observed) -> list[Step]:
+        jobs = observed.get(_JOBS) or {}
+        recs = props.get("records") or {}
+        busy = {m["name"]: jobs[m["name"]] for k, m in self.members(props).items()
+                if m["kind"] == "account" and (recs.get(k) or {}).get("created") and observed[k]["present"]
+                and jobs.get(m["name"])}
+        if busy:
+            raise PlanRefused("; ".join(f"account {a} still has queued or running jobs ({', '.join(js)})"
+                                        for a, js in sorted(busy.items()))
+                              + ": its association is removed once they end (its history stays in accounting "
+                              "either way); wait for them or cancel them, then run `pulumi up` again")
+        return super().plan_delete(props, observed)
+
+
+class SlurmAccounting(Resource, module="slurm", name="Accounting"):
+    """A cluster's QOS, accounts and users' associations, as one resource (see the provider).
+    Each member: {'kind': 'qos'|'account'|'user', 'name', 'account' (a user's), 'fields'}."""
+
+    state: pulumi.Output[dict]
+
+    def __init__(self, name: str, *, conn: dict, cluster: str, members: list[dict],
+                 opts: Optional[pulumi.ResourceOptions] = None):
+        ms = [{"kind": m["kind"], "name": m["name"], "account": m.get("account"),
+               "fields": {k: str(v) for k, v in (m.get("fields") or {}).items()}} for m in members]
+        super().__init__(SacctObjectsProvider(), name,
+                         {"conn": conn, "bundle": name, "cluster": cluster, "members": ms,
+                          "records": None, "state": None}, opts)

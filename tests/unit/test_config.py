@@ -215,7 +215,7 @@ def test_accounting_backups_must_live_outside_the_datadir(fleet14_config):
 # ---- layers not built: a section is an error, never a no-op -----------------------------------
 
 NOT_BUILT_SECTIONS = {
-    "tenancy": {"enabled": False},
+    "workload": {"enabled": False},
 }
 
 
@@ -232,12 +232,12 @@ def test_a_section_for_a_layer_not_built_is_refused(canary_config, key):
 
 
 def test_layer_not_built_is_listed_with_every_other_problem(canary_config):
-    canary_config["gpu-fleet:tenancy"] = json.dumps(NOT_BUILT_SECTIONS["tenancy"])  # as the engine sends it
+    canary_config["gpu-fleet:workload"] = json.dumps(NOT_BUILT_SECTIONS["workload"])  # as the engine sends it
     canary_config["gpu-fleet:nodes"][0]["cpus"] = 0
     with pytest.raises(ConfigError) as exc:
         parse_fleet_config(canary_config, "stacks/Pulumi.canary.yaml")
-    assert [p.split(":")[1] for p in exc.value.problems] == ["tenancy", "nodes[0] (gpu01).cpus"]
-    assert (f"  stacks/Pulumi.canary.yaml: gpu-fleet:tenancy: {NOT_BUILT['tenancy']} is not built yet; "
+    assert [p.split(":")[1] for p in exc.value.problems] == ["workload", "nodes[0] (gpu01).cpus"]
+    assert (f"  stacks/Pulumi.canary.yaml: gpu-fleet:workload: {NOT_BUILT['workload']} is not built yet; "
             "remove this section (it would do nothing)") in str(exc.value).splitlines()
 
 

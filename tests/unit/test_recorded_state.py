@@ -54,7 +54,7 @@ from components.providers.file import FileProvider, backup_path, sha256_text
 from components.providers.packages import PackageSetProvider
 from components.layers.slurm.upgrades import SlurmPackagesProvider
 from components.providers.payload import PayloadProvider, sha256_file
-from components.providers.sacct import SacctObjectProvider
+from components.providers.sacct import SacctObjectProvider, SacctObjectsProvider
 from components.providers.systemd import UNIT_DIR, SystemdUnitProvider
 from components.transport import Connection, Result, SshTarget, display
 
@@ -383,6 +383,20 @@ def _sacct_case(tmp_path: Path, monkeypatch) -> tuple[dict, CannedHost]:
     return props, CannedHost(monkeypatch, display(SacctObjectProvider().probe_argv(props)), answers)
 
 
+def _sacct_bundle_case(tmp_path: Path, monkeypatch) -> tuple[dict, CannedHost]:
+    """A team's QOS, account and member in one SlurmAccounting; partly: the QOS there with its
+    GrpTRES edited by hand, the account and user not added yet."""
+    members = [{"kind": "qos", "name": "vision", "account": None, "fields": {"GrpTRES": "gres/gpu=8", "Priority": "10"}},
+               {"kind": "account", "name": "vision", "account": None, "fields": {"Fairshare": "30"}},
+               {"kind": "user", "name": "alice", "account": "vision", "fields": {}}]
+    props = {"conn": CONN, "bundle": "tenancy-accounting", "cluster": "lab", "members": members, "records": None}
+    qos_end, assoc_end = "@@gpu-fleet-qos-end\n", "@@gpu-fleet-assoc-end\n"
+    answers = {"absent": qos_end + assoc_end,
+               "partly": "vision|10|gres/gpu=99\n" + qos_end + assoc_end,
+               "there": "vision|10|gres/gpu=8\n" + qos_end + "lab|vision|||30\nlab|vision|alice||1\n" + assoc_end}
+    return props, CannedHost(monkeypatch, display(SacctObjectsProvider().probe_argv(props)), answers)
+
+
 CASES: dict[type, Case] = {
     FileProvider: Case(_file_case),
     # extra: re-imaged with the host's own original back at the path, its backup gone
@@ -397,6 +411,7 @@ CASES: dict[type, Case] = {
                                 refused_in_preview=True),
     SystemdUnitProvider: Case(_unit_case),
     SacctObjectProvider: Case(_sacct_case),
+    SacctObjectsProvider: Case(_sacct_bundle_case),
 
     ZfsDatasetsProvider: Case(_zfs_case, extra_states=("pool-gone",),
                               refused={"pool-gone": "pool 'ai' is not imported"}),

@@ -66,9 +66,9 @@ def test_an_absent_qos_is_added_then_set_field_by_field_and_the_replan_is_empty(
     obs = parse(QOS, "")
     steps = plan(QOS, obs, QOS["fields"])
     assert steps[0].argv == ["sacctmgr", "-i", "add", "qos", "gpu"]
-    assert [s.argv[-1] for s in steps[1:]] == [
-        "GraceTime=300", "GrpTRES=gres/gpu=8", "MaxTRESPerAccount=gres/gpu=4", "Preempt=low,scavenger",
-        "PreemptMode=requeue", "Priority=10"]
+    assert [s.argv[-1] for s in steps[1:]] == [  # in the kind's field order
+        "Priority=10", "GraceTime=300", "Preempt=low,scavenger", "PreemptMode=requeue", "GrpTRES=gres/gpu=8",
+        "MaxTRESPerAccount=gres/gpu=4"]
     assert all(s.argv[:6] == ["sacctmgr", "-i", "modify", "qos", "where", "name=gpu"] for s in steps[1:])
     assert plan(QOS, applied(QOS, obs, steps), QOS["fields"]) == []
 
@@ -146,3 +146,21 @@ def test_an_account_created_here_loses_its_record_once_no_cluster_holds_it(tmp_p
         calls = log.read_text().splitlines()
         assert calls[0] == "-n -P show association where account=gf format=Cluster"
         assert (calls[1:] == ["-i delete account where name=gf"]) is deleted, calls
+
+
+def test_an_account_gets_its_qos_list_before_its_default_qos():
+    """sacctmgr refuses a DefaultQOS that is not in the association's QOS list yet."""
+    acct = {"kind": "account", "name": "vision", "account": None, "cluster": "lab",
+            "fields": {"DefaultQOS": "vision", "QOS": "vision,scavenger", "Fairshare": "40"}}
+    steps = plan(acct, {"present": True, "fields": {"DefaultQOS": "normal", "QOS": "normal", "Fairshare": "1"}},
+                 acct["fields"])
+    assert [s.argv[-1] for s in steps] == ["Fairshare=40", "QOS=scavenger,vision", "DefaultQOS=vision"]
+
+
+def test_preempt_exempt_time_is_set_as_a_clock_and_compared_in_seconds():
+    """A bare number would be minutes to sacctmgr's time parser; it prints a clock back."""
+    qos = {**QOS, "fields": {"PreemptExemptTime": "300"}}
+    [step] = plan_fields(qos, qos["fields"], {"PreemptExemptTime": ""})
+    assert step.step is not None and step.step.argv[-1] == "PreemptExemptTime=0:05:00"
+    [same] = plan_fields(qos, qos["fields"], {"PreemptExemptTime": "00:05:00"})
+    assert same.step is None

@@ -30,6 +30,7 @@ from ...providers import Accounts, CommandWithVerify, File, Files, PackageSet, S
 from .canary import JobSpec
 from .config import SlurmLayer
 from .packages import SlurmPackages
+from .scheduling import NO_SCHEDULING, Scheduling
 from .render import SLURM_ETC, render_cgroup_conf, render_gres_conf, render_slurm_conf
 from .upgrades import SlurmPackagesProvider, own_packages
 from .validate import validate_argv
@@ -46,15 +47,18 @@ ANSWER_WAIT_S = 60
 RELEASE_WAIT_S = 600
 
 
-def restart_key(slurm_conf: str, cgroup_conf: str, gres_conf: str) -> str:
+def restart_key(slurm_conf: str, cgroup_conf: str, gres_conf: str, extra: str = "") -> str:
     """What daemons cannot take through `scontrol reconfigure` (22.05): node and
-    partition definitions, plugins (auth, accounting storage and gathering), cgroup.conf,
-    gres.conf."""
+    partition definitions, plugins (auth, accounting storage and gathering, preemption,
+    priority, job submission, topology) and enforcement, cgroup.conf, gres.conf, and the
+    other layers' files (`extra`: topology.conf, job_submit.lua)."""
     structural = [line for line in slurm_conf.splitlines()
                   if line.startswith(("NodeName=", "PartitionName=", "SlurmctldHost=", "AuthType=",
                                       "AuthAltTypes=", "AccountingStorageType=", "JobAcctGatherType=",
-                                      "SelectType", "GresTypes=", "ProctrackType=", "TaskPlugin="))]
-    return sha256("\n".join(structural) + cgroup_conf + gres_conf, 16)
+                                      "SelectType", "GresTypes=", "ProctrackType=", "TaskPlugin=",
+                                      "PreemptType=", "PriorityType=", "JobSubmitPlugins=", "TopologyPlugin=",
+                                      "AccountingStorageEnforce="))]
+    return sha256("\n".join(structural) + cgroup_conf + gres_conf + extra, 16)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +78,8 @@ class SlurmInputs:
     job: JobSpec
     #: node -> what must be in place before the layer touches it (a retired K3s node's stop)
     node_after: Mapping[str, Sequence[pulumi.Resource]] = field(default_factory=dict)
+    #: another layer's scheduler settings and files (the tenancy layer's)
+    scheduling: Scheduling = NO_SCHEDULING
 
 
 @dataclass(frozen=True)
@@ -105,14 +111,17 @@ class SlurmCluster(pulumi.ComponentResource):
         admitted_specs = admitted.apply(lambda names: [n for n in nodes if n.name in names])
         ctl = site.hosts.controller
         acct_host = ctl.name if accounting else None
+        sched = inputs.scheduling
         self.slurm_conf = admitted_specs.apply(lambda ns: render_slurm_conf(
-            s, ctl, nodes, acceptance=inputs.acceptance, accounting_host=acct_host, nodes=ns))
+            s, ctl, nodes, acceptance=inputs.acceptance, accounting_host=acct_host, nodes=ns, scheduling=sched))
         self.cgroup_conf = render_cgroup_conf(s)
-        self.gres_conf = admitted_specs.apply(lambda ns: render_gres_conf(s, ns))
+        self.gres_conf = admitted_specs.apply(lambda ns: render_gres_conf(s, ns, sched.shards_per_gpu))
         confs: dict[str, pulumi.Input[str]] = {
-            "slurm.conf": self.slurm_conf, "cgroup.conf": self.cgroup_conf, "gres.conf": self.gres_conf}
+            "slurm.conf": self.slurm_conf, "cgroup.conf": self.cgroup_conf, "gres.conf": self.gres_conf,
+            **sched.files}
+        extra = "".join(f"{k}\n{v}" for k, v in sorted(sched.files.items()))
         restart = pulumi.Output.all(self.slurm_conf, self.gres_conf).apply(
-            lambda t: restart_key(t[0], self.cgroup_conf, t[1]))
+            lambda t: restart_key(t[0], self.cgroup_conf, t[1], extra))
         conf_hash = self.slurm_conf.apply(lambda t: sha256(t, 16))
         # the daemons' restart trigger for a new key: 64 bits of the SHA-256 of 1024 random bytes
         # say nothing of the key, so in the clear (as a secret it was a ciphertext twice in

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from ...config.hosts import HostSpec, NodeSpec
 from .config import SlurmLayer
+from .scheduling import NO_SCHEDULING, Scheduling
 
 ACCEPTANCE_PARTITION = "gpu-fleet-acceptance"
 SLURM_ETC = "/etc/slurm"
@@ -27,15 +28,20 @@ def _compress(names: list[str]) -> str:
     return ",".join(names)
 
 
-def gres_of(node: NodeSpec) -> str:
-    return f"gpu:{node.gpus.type}:{node.gpus.count}" if node.gpus else ""
+def gres_of(node: NodeSpec, shards_per_gpu: int = 0) -> str:
+    if not node.gpus:
+        return ""
+    shards = f",shard:{node.gpus.count * shards_per_gpu}" if shards_per_gpu else ""
+    return f"gpu:{node.gpus.type}:{node.gpus.count}{shards}"
 
 
 def render_slurm_conf(s: SlurmLayer, ctl: HostSpec, partition_nodes: list[NodeSpec], *, acceptance: bool,
-                      accounting_host: str | None = None, nodes: list[NodeSpec] | None = None) -> str:
+                      accounting_host: str | None = None, nodes: list[NodeSpec] | None = None,
+                      scheduling: Scheduling = NO_SCHEDULING) -> str:
     """`partition_nodes`: every node the partitions name; `nodes`: those admitted (default:
     all), the rest are left out, and a partition left without nodes stays INACTIVE.
-    `acceptance`: the acceptance layer opens the partitions (they start INACTIVE)."""
+    `acceptance`: the acceptance layer opens the partitions (they start INACTIVE).
+    `scheduling`: another layer's section (tenancy) and node features."""
     members = partition_nodes if nodes is None else nodes
     admitted = {n.name for n in members}
     lines = [
@@ -54,7 +60,7 @@ def render_slurm_conf(s: SlurmLayer, ctl: HostSpec, partition_nodes: list[NodeSp
         "SchedulerType=sched/backfill",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core_Memory",
-        "GresTypes=gpu",
+        "GresTypes=gpu" + (",shard" if scheduling.shards_per_gpu else ""),
         f"DefMemPerCPU={s.def_mem_per_cpu_mib}",
         "",
         "# isolation",
@@ -79,17 +85,22 @@ def render_slurm_conf(s: SlurmLayer, ctl: HostSpec, partition_nodes: list[NodeSp
             "AccountingStorageType=accounting_storage/slurmdbd",
             f"AccountingStorageHost={accounting_host}",
             "AccountingStorageTRES=" + ",".join(
-                ["gres/gpu"] + sorted({f"gres/gpu:{n.gpus.type}" for n in partition_nodes if n.gpus})),
+                ["gres/gpu"] + sorted({f"gres/gpu:{n.gpus.type}" for n in partition_nodes if n.gpus})
+                + (["gres/shard"] if scheduling.shards_per_gpu else [])),
             "JobAcctGatherType=jobacct_gather/cgroup",
             "AuthAltTypes=auth/jwt",
             "AuthAltParameters=jwt_key=/etc/slurm/jwt_hs256.key",
         ]
+    if scheduling.lines:
+        lines += ["", f"# {scheduling.title}", *scheduling.lines]
     lines += ["", "# nodes"]
     for n in members:
-        gres = gres_of(n)
+        gres = gres_of(n, scheduling.shards_per_gpu)
+        features = scheduling.features.get(n.name)
         lines.append(
             f"NodeName={n.name} NodeAddr={n.address} CPUs={n.cpus} RealMemory={n.real_memory_mib}"
-            + (f" Gres={gres}" if gres else "") + " State=UNKNOWN"
+            + (f" Gres={gres}" if gres else "") + (f" Features={','.join(features)}" if features else "")
+            + " State=UNKNOWN"
         )
     lines += ["", "# partitions"]
     # Fail closed: production partitions start INACTIVE and only a passing acceptance run
@@ -112,8 +123,9 @@ def render_slurm_conf(s: SlurmLayer, ctl: HostSpec, partition_nodes: list[NodeSp
     return "\n".join(lines) + "\n"
 
 
-def render_gres_conf(s: SlurmLayer, nodes: list[NodeSpec]) -> str:
-    """Typed GPU GRES per node; `File=` is required (Count= alone leaves the node INVAL)."""
+def render_gres_conf(s: SlurmLayer, nodes: list[NodeSpec], shards_per_gpu: int = 0) -> str:
+    """Typed GPU GRES per node; `File=` is required (Count= alone leaves the node INVAL).
+    Shards, when on, are counted per GPU by its device file (a job's shards share one GPU)."""
     lines = [HEADER]
     if s.gres_autodetect == "nvml":
         lines.append("AutoDetect=nvml")
@@ -123,6 +135,9 @@ def render_gres_conf(s: SlurmLayer, nodes: list[NodeSpec]) -> str:
         last = n.gpus.count - 1
         files = f"{s.gpu_device_prefix}[0-{last}]" if last else f"{s.gpu_device_prefix}0"
         lines.append(f"NodeName={n.name} Name=gpu Type={n.gpus.type} File={files}")
+        if shards_per_gpu:
+            lines += [f"NodeName={n.name} Name=shard Count={shards_per_gpu} File={s.gpu_device_prefix}{i}"
+                      for i in range(n.gpus.count)]
     return "\n".join(lines) + "\n"
 
 

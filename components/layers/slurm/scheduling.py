@@ -1,0 +1,31 @@
+"""What another layer adds to the Slurm layer's configuration, as plain data.
+
+The tenancy layer's scheduler settings (preemption, priority, enforcement, topology) are a pure
+function of its config; `Fleet` hands them to the Slurm layer, which renders them into its files
+without knowing the layer they come from (imports point down).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class Scheduling:
+    #: the slurm.conf section's title and its lines
+    title: str = ""
+    lines: tuple[str, ...] = ()
+    #: node -> its features (NodeName ... Features=)
+    features: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: more files beside slurm.conf: name under /etc/slurm -> text
+    files: Mapping[str, str] = field(default_factory=dict)
+    #: GPU shards (gres/shard) on each GPU: a GRES type, counted and accounted
+    shards_per_gpu: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.lines or self.features or self.files or self.shards_per_gpu)
+
+
+#: what a stack without such a layer adds: nothing
+NO_SCHEDULING = Scheduling()
