@@ -12,7 +12,9 @@ from pulumi_policy import (
 )
 
 from .common import each_member
-from . import exposure, guards, hosts, identities, k3s, model, packages, relax, secrets, slurm, storage, web
+from . import (
+    exposure, guards, hosts, identities, k3s, model, packages, relax, secrets, slurm, storage, tenancy, web,
+)
 
 PACK_NAME = "gpu-fleet"
 
@@ -144,6 +146,21 @@ _SPECS = [
      "The node guard runs as root bounded by its unit: no capability but CAP_KILL (memory guard), "
      "NoNewPrivileges=yes, ProtectSystem=strict.",
      guards.validate_least_privilege, Severity.HIGH),
+    ("tenancy-team-qos-bounds-gpus", "stack",
+     "Every QOS a team account uses as its DefaultQOS bounds the team's GPUs: GrpTRES sets gres/gpu=<n>.",
+     tenancy.validate_team_qos_bounds, Severity.HIGH),
+    ("tenancy-no-suspend-preemption", "resource",
+     "Preemption never suspends (slurm.conf PreemptMode, a partition's, a QOS's): a suspended job keeps "
+     "its GPUs.",
+     tenancy.validate_no_suspend, Severity.HIGH),
+    ("tenancy-preemption-graph", "stack",
+     "Preemption runs one way: a preemptable QOS preempts no team's DefaultQOS, and no Preempt list "
+     "leads back to itself.",
+     tenancy.validate_preemption_graph, Severity.HIGH),
+    ("tenancy-guarantees-fit", "stack",
+     "The teams' GPU guarantees (their QOS's GrpTRES gres/gpu:<type>) add up to no more than the GPUs of "
+     "that type the stack's partition nodes have.",
+     tenancy.validate_guarantees_fit, Severity.HIGH),
     (relax.REASONS_POLICY, "stack",
      "Each policy this stack relaxes has a written reason in the policy pack config.",
      relax.validate_reasons, Severity.HIGH),
