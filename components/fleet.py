@@ -136,8 +136,10 @@ class Fleet(pulumi.ComponentResource):
                 # associations are enforced: they exist before slurmctld takes a job
                 self.tenancy = Tenancy("tenancy", TenancyInputs(
                     site=site, tenancy=cfg.tenancy, cluster_name=cfg.slurm.cluster_name,
-                    canary_user=cfg.slurm.canary_user, after=[self.accounting.ready]), child).outputs
-                gate.append(self.tenancy.objects)
+                    canary_user=cfg.slurm.canary_user, dbd_ready=[self.accounting.ready],
+                    slurmctld=[self.slurm.reconfigured]), child).outputs
+                gate.append(self.tenancy.ops)
+                after.append(self.tenancy.objects)
             hand_over(pulumi.Output.from_input(gate))
             after.append(self.accounting.checked)
             if cfg.web.enabled:

@@ -10,8 +10,8 @@ GrpTRES, Priority, Preempt ...) as drift in that field, and the next `up` sets i
 Values are given as sacctmgr prints them (memory `mem=100G`); GraceTime, which sacctmgr sets
 in seconds and prints as `00:05:00`, in either form and set in seconds; TRES
 lists compare as sets of `name=count`, Preempt/QOS/Flags lists as sets, PreemptMode without
-case. Delete removes an object create added; one that was there before gets back the values
-of the fields this resource set.
+case, Description as sacctmgr stores it (lower case, ' as `). Delete removes an object create
+added; one that was there before gets back the values of the fields this resource set.
 """
 
 from __future__ import annotations
@@ -79,6 +79,10 @@ def canonical(field: str, value: Any) -> str:
         return ",".join(sorted(p for p in text.split(",") if p))
     if field in _LISTS:
         return ",".join(sorted({p for p in text.split(",") if p}))
+    if field == "Description":
+        # sacctmgr stores a description lower-cased, each ' as ` (a QOS's "Team's GPUs" reads
+        # back "team`s gpus"): compared as stored, or a description never converges
+        return text.lower().replace("'", "`")
     return text.lower() if field in _NOCASE else text
 
 

@@ -175,3 +175,25 @@ def _module_probe_memory(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GPU_FLEET_PROBE_DIR", str(tmp_path_factory.mktemp("module-probes")))
         yield
+
+
+@pytest.fixture(scope="session")
+def release24(lab, lab_session, tmp_path_factory):
+    """The lab stack on Slurm 24.11 (tests/lab/release24.py), up with accounting off, shared by
+    the test_v2411_* modules (each leaves what the next expects, as its docstring says);
+    destroyed when the session ends.
+
+    Fresh hosts: a controller that never ran Slurm. What earlier modules leave on ctl (22.05
+    held and serving, its state, which a rollback keeps as it keeps all data) is not what
+    these modules test, and 24.11 refuses 22.05's state (`fatal: Can not recover assoc_usage
+    state, incompatible version`: Slurm upgrades from a few releases back at most)."""
+    from .release24 import release24_project, state_file
+
+    remake_hosts(lab_session)
+    proj = release24_project(tmp_path_factory.mktemp("release24"))
+    try:
+        proj.run("up", "--yes", "--stack", "lab", timeout=1500)  # accounting off: the controller's own ID
+        proj.own = state_file()
+        yield proj
+    finally:
+        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=1200)

@@ -37,6 +37,12 @@ def ssh(name: str, script: str, check: bool = True, **override) -> subprocess.Co
     return p
 
 
+def repo_version(package: str) -> str:
+    """The version the lab's apt repository serves of `package` (as the controller sees it)."""
+    out = ssh("ctl", f"apt-get -q update >/dev/null 2>&1; apt-cache policy {package}").stdout
+    return next(line.split()[1] for line in out.splitlines() if "Candidate:" in line)
+
+
 def command_log(path: Path) -> list[dict]:
     if not path.exists():
         return []

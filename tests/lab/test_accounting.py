@@ -10,18 +10,13 @@ from debian.debian_support import version_compare
 
 from tests.pulumi_cli import ROOT, PulumiProject
 
-from .labhosts import lab_config, lab_conn, ssh
+from .labhosts import lab_config, lab_conn, repo_version, ssh
 from .test_slurm_cluster import HOSTS, NODES, as_user, snapshot
 
 
 def ctl_packages() -> dict[str, str]:
     out = ssh("ctl", "dpkg-query -W -f='${Package} ${Version}\\n'").stdout
     return dict(line.split(" ", 1) for line in out.splitlines() if line.strip())
-
-
-def repo_version(package: str) -> str:
-    out = ssh("ctl", f"apt-get -q update >/dev/null 2>&1; apt-cache policy {package}").stdout
-    return next(line.split()[1] for line in out.splitlines() if "Candidate:" in line)
 
 
 @pytest.fixture(scope="module")

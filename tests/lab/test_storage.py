@@ -13,8 +13,7 @@ import yaml
 
 from tests.pulumi_cli import PulumiProject
 
-from .labhosts import ssh
-from .test_accounting import repo_version
+from .labhosts import repo_version, ssh
 from .test_slurm_cluster import NODES, as_user
 
 SERVER_PACKAGES = ("nfs-ganesha", "nfs-ganesha-vfs")

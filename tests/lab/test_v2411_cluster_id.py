@@ -2,80 +2,27 @@
 
 The seed's failure: a controller that ran without accounting has its own ClusterID in its
 state; the accounting database registers the cluster under another, and slurmctld refuses
-to start (`CLUSTER ID MISMATCH`). Runs last among the lab modules (it installs another release).
+to start (`CLUSTER ID MISMATCH`). On the shared 24.11 stack (conftest `release24`, accounting
+off at first); it leaves accounting on.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
 
-import pytest
-
-from components.transport import SshTarget
-from components.transport.ssh import ssh_argv
-from lab import slurm_release
-from tests.pulumi_cli import PulumiProject
-
-from .conftest import remake_hosts
-from .labhosts import lab_conn, ssh
-from .test_accounting import connects, repo_version
+from .labhosts import ssh
+from .release24 import STATE, state_file
+from .test_accounting import connects
 from .test_slurm_cluster import as_user
 
-STATE = "/var/lib/slurm/slurmctld/clustername"
-SOURCE = "/srv/gpu-fleet/build/slurm-24.11"
-BACKUPS = "/srv/gpu-fleet/backup/accounting-24.11"
 
-
-def copy_release_to_storage() -> None:
-    out = slurm_release.ensure_release()
-    tar = subprocess.Popen(["tar", "cf", "-", "-C", str(out), *[p.name for p in slurm_release.debs(out)]],
-                           stdout=subprocess.PIPE)
-    t = SshTarget.from_dict(lab_conn("storage"))
-    subprocess.run([*ssh_argv(t), "--", f"mkdir -p {SOURCE} && tar xf - -C {SOURCE}"], stdin=tar.stdout,
-                   check=True, timeout=300)
-    assert tar.wait() == 0
-
-
-def state_file() -> str:
-    return ssh("ctl", f"cat {STATE}").stdout.strip()
-
-
-def set_accounting(proj, on: bool) -> subprocess.CompletedProcess:
+def set_accounting(proj, on: bool):
     proj.run("config", "set", "--path", "gpu-fleet:accounting.enabled", str(on).lower(), "--stack", "lab")
     return proj.run("up", "--yes", "--stack", "lab", timeout=1500)
 
 
 def cluster_id(proj) -> dict:
     return json.loads(proj.run("stack", "output", "clusterId", "--json", "--stack", "lab").stdout)
-
-
-@pytest.fixture(scope="module")
-def release24(lab, lab_session, tmp_path_factory):
-    # Fresh hosts: a controller that never ran Slurm. What earlier modules leave on ctl (22.05
-    # held and serving, its state, which a rollback keeps as it keeps all data) is not what
-    # this module tests, and 24.11 refuses 22.05's state (`fatal: Can not recover assoc_usage
-    # state, incompatible version`: Slurm upgrades from a few releases back at most).
-    remake_hosts(lab_session)
-    copy_release_to_storage()
-    tmp = tmp_path_factory.mktemp("release24")
-    proj = PulumiProject.copy_of_repo(tmp)
-    proj.env["GPU_FLEET_COMMAND_LOG"] = str(tmp / "commands.jsonl")
-    proj.init_stack("lab")
-    release = {"version": slurm_release.VERSION, "debian_version": slurm_release.DEBIAN_VERSION,
-               "source_dir": SOURCE}
-    for k, v in release.items():
-        proj.run("config", "set", "--path", f"gpu-fleet:slurm.release.{k}", v, "--stack", "lab")
-    # Its own history: the 22.05 modules' dumps are a schema 24.11's slurmdbd cannot upgrade.
-    proj.run("config", "set", "--path", "gpu-fleet:accounting.backup_dir", BACKUPS, "--stack", "lab")
-    for k, pkg in (("mariadb_version", "mariadb-server"), ("nftables_version", "nftables")):
-        proj.run("config", "set", "--path", f"gpu-fleet:accounting.{k}", repo_version(pkg), "--stack", "lab")
-    try:
-        proj.run("up", "--yes", "--stack", "lab", timeout=1500)  # accounting off: the controller's own ID
-        proj.own = state_file()
-        yield proj
-    finally:
-        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=1200)
 
 
 def test_a_controller_without_accounting_makes_its_own_cluster_id(release24):

@@ -102,6 +102,14 @@ def test_equal_values_in_another_spelling_need_nothing():
     assert canonical("Preempt", "b,a,a") == "a,b" and canonical("PreemptMode", "REQUEUE") == "requeue"
 
 
+def test_a_description_compares_as_sacctmgr_stores_it():
+    props = {**QOS, "fields": {"Description": "Team's GPUs"}}
+    [same] = plan_fields(props, props["fields"], {"Description": "team`s gpus"})
+    assert same.step is None
+    [other] = plan_fields(props, props["fields"], {"Description": "team`s cpus"})
+    assert other.step is not None and other.step.argv[-1] == "Description=team`s gpus"
+
+
 @pytest.mark.parametrize("asked", ["00:05:00", "5:00", "300", "0-00:05:00"])
 def test_grace_time_is_set_in_seconds_and_equal_to_the_clock_sacctmgr_prints(asked):
     props = {**QOS, "fields": {"GraceTime": asked}}

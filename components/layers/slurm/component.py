@@ -220,11 +220,15 @@ class _HostSteps:
         accounting layer's gate is open, then until slurmctld answers."""
         h = host.name
         conn, ids, pkgs, munge = self.base(host, packages, ())
-        # the controller's copies carry the text (so `preview --diff` shows it once), a File each
+        # the controller's copies carry the text (so `preview --diff` shows it once), a File each;
+        # slurm.conf last, validated beside the files it names (gres.conf, topology.conf ...)
         written = {name: File(f"{h}-{name}", conn=conn, path=f"{SLURM_ETC}/{name}", content=text,
-                              mode="0644", validate=validate_argv(f"{SLURM_ETC}/{name}")
-                              if name == "slurm.conf" else None, opts=self._opts(pkgs, *self.ctl_conf))
-                   for name, text in self.confs.items()}
+                              mode="0644", opts=self._opts(pkgs, *self.ctl_conf))
+                   for name, text in self.confs.items() if name != "slurm.conf"}
+        written["slurm.conf"] = File(
+            f"{h}-slurm.conf", conn=conn, path=f"{SLURM_ETC}/slurm.conf", content=self.confs["slurm.conf"],
+            mode="0644", validate=validate_argv(f"{SLURM_ETC}/slurm.conf"),
+            opts=self._opts(pkgs, *self.ctl_conf, *written.values()))
         files = list(written.values())
         self.ctl_conf.append(written["slurm.conf"])
         self.ctl_base.extend([*ids, pkgs, munge])

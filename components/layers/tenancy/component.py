@@ -1,10 +1,14 @@
 """The tenancy layer: teams' QOS, accounts and members as accounting objects in slurmdbd.
 
-On the controller, once slurmdbd serves and the cluster is registered (the accounting layer's
-`ready`), and before slurmctld starts: slurm.conf enforces associations, so every user who runs a
-job (the canary user included, under the ops account) must have one first. The scheduler
-settings (render.scheduling) reach slurm.conf through the Slurm layer; the objects are one
-`SlurmAccounting` resource: one read for all of them, each field diffed, drift restored by `up`.
+Two `SlurmAccounting` resources on the controller (one read each for all their objects, each
+field diffed, drift restored by `up`):
+- `tenancy-ops`, once slurmdbd serves and the cluster is registered (the accounting layer's
+  `ready`) and before slurmctld starts: slurm.conf enforces associations, so the canary user
+  needs its association (under the ops account) before its first job;
+- `tenancy-accounting`, the teams' QOS, accounts and members, once slurmctld runs: their GPU
+  limits name TRES (gres/gpu, gres/gpu:<type>) that slurmdbd knows only after slurmctld
+  registered its AccountingStorageTRES ("no TRES known by type gres/gpu" before).
+The scheduler settings (render.scheduling) reach slurm.conf through the Slurm layer.
 
 Rollback removes the QOS, accounts and associations it created; jobs' history stays in
 accounting (sacctmgr marks an association with history deleted, it keeps the jobs).
@@ -20,7 +24,7 @@ import pulumi
 from ...providers.sacct import SlurmAccounting
 from ...site import Site
 from .config import TenancyLayer
-from .render import ENFORCE, accounting_objects, leaf_feature, team_tres
+from .render import ENFORCE, leaf_feature, ops_objects, team_objects, team_tres
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,12 +34,16 @@ class TenancyInputs:
     cluster_name: str
     canary_user: str
     #: slurmdbd serving and the cluster registered (the accounting layer's `ready`)
-    after: Sequence[pulumi.Resource]
+    dbd_ready: Sequence[pulumi.Resource]
+    #: slurmctld running with the rendered config (the Slurm layer's `reconfigured`)
+    slurmctld: Sequence[pulumi.Resource]
 
 
 @dataclass(frozen=True)
 class TenancyOutputs:
-    #: every object in place: what slurmctld waits on
+    #: the ops account and the canary's association: what slurmctld waits on
+    ops: pulumi.Resource
+    #: the teams' objects: what the final acceptance waits on
     objects: pulumi.Resource
     summary: dict
 
@@ -50,12 +58,14 @@ class Tenancy(pulumi.ComponentResource):
         super().__init__("gpu-fleet:tenancy:Tenancy", name, None, opts)
         t = inputs.tenancy
         conn = inputs.site.conn(inputs.site.hosts.controller)
+        ops = SlurmAccounting(
+            "tenancy-ops", conn=conn, cluster=inputs.cluster_name, members=ops_objects(t, inputs.canary_user),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(inputs.dbd_ready)))
         objects = SlurmAccounting(
-            "tenancy-accounting", conn=conn, cluster=inputs.cluster_name,
-            members=accounting_objects(t, inputs.canary_user),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=list(inputs.after)))
+            "tenancy-accounting", conn=conn, cluster=inputs.cluster_name, members=team_objects(t),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[ops, *inputs.slurmctld]))
         o = t.opportunistic
-        self.outputs = TenancyOutputs(objects=objects, summary={
+        self.outputs = TenancyOutputs(ops=ops, objects=objects, summary={
             "enforce": ENFORCE, "preemptMode": t.preempt_mode, "opsAccount": t.ops_account,
             "teams": {team.name: {"qos": team.name, "grpTRES": team_tres(team.guaranteed),
                                   "fairshare": team.fairshare, "members": list(team.members)} for team in t.teams},

@@ -82,6 +82,9 @@ class TenancyLayer(Strict):
     priority: PriorityWeights = PriorityWeights()
     #: the preemption mode of the cluster (and of the team QOS): REQUEUE or CANCEL
     preempt_mode: Literal["REQUEUE", "CANCEL"] = "REQUEUE"
+    #: job_submit.lua: type GPU requests that name no type (so that typed limits bind them) and
+    #: refuse whole nodes' GPUs asked as a job total (a tensor-parallel group spread over nodes)
+    job_submit: bool = True
     #: small jobs sharing a GPU: this many `gres/shard` on each GPU (0: none). Scheduling only:
     #: a shard does not confine the GPU's memory (that needs MPS limits or HAMi-core)
     shards_per_gpu: int = Field(0, ge=0, le=128)

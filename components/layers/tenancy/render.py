@@ -14,6 +14,8 @@ Seed 001's promises in Slurm's terms (README "Tenancy"):
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ...config.hosts import NodeSpec
 from ..slurm.render import HEADER
 from ..slurm.scheduling import NO_SCHEDULING, Scheduling
@@ -36,28 +38,34 @@ def team_tres(guaranteed: dict[str, int]) -> str:
                      *(f"gres/gpu:{t}={n}" for t, n in sorted(guaranteed.items()))])
 
 
-def accounting_objects(t: TenancyLayer, canary_user: str) -> list[dict]:
-    """The QOS, accounts and users' associations, in the order they are created: QOS (the
+def ops_objects(t: TenancyLayer, canary_user: str) -> list[dict]:
+    """The fleet's own account and the canary user's association: with associations enforced,
+    they exist before slurmctld takes the canary's job (no TRES limit: they need no TRES known)."""
+    return [{"kind": "account", "name": t.ops_account, "fields": {"Fairshare": "1"}},
+            {"kind": "user", "name": canary_user, "account": t.ops_account, "fields": {}}]
+
+
+def team_objects(t: TenancyLayer) -> list[dict]:
+    """The QOS, team accounts and members' associations, in the order they are created: QOS (the
     opportunistic one first: team QOS name it), accounts, users (a user's default team first:
-    sacctmgr makes a new user's first account its default)."""
+    sacctmgr makes a new user's first account its default). Their GPU limits name TRES that
+    slurmdbd knows only once slurmctld registered AccountingStorageTRES: they come after it."""
     o = t.opportunistic
     objs: list[dict] = []
     if o is not None:
         objs.append({"kind": "qos", "name": o.qos, "fields": {
-            "Description": "gpu-fleet: borrowed GPUs, preemptable", "Priority": "0",
+            "Description": "gpu-fleet: borrowed gpus, preemptable", "Priority": "0",
             "PreemptMode": o.preempt_mode.lower(), "GraceTime": str(o.grace_s),
             "PreemptExemptTime": str(o.exempt_s), "MaxTRESPerAccount": f"gres/gpu={o.max_gpus_per_team}"}})
     for team in t.teams:
         objs.append({"kind": "qos", "name": team.name, "fields": {
-            "Description": f"gpu-fleet: team {team.name}'s guarantee", "Priority": str(TEAM_QOS_PRIORITY),
+            "Description": f"gpu-fleet: guarantee of team {team.name}", "Priority": str(TEAM_QOS_PRIORITY),
             "GrpTRES": team_tres(team.guaranteed), "Preempt": o.qos if o else "",
             "PreemptMode": t.preempt_mode.lower()}})
-    objs.append({"kind": "account", "name": t.ops_account, "fields": {"Fairshare": "1"}})
     for team in t.teams:
         qos = [team.name, *([o.qos] if o else [])]
         objs.append({"kind": "account", "name": team.name, "fields": {
             "Fairshare": str(team.fairshare), "QOS": ",".join(qos), "DefaultQOS": team.name}})
-    objs.append({"kind": "user", "name": canary_user, "account": t.ops_account, "fields": {}})
     users: list[tuple[str, str]] = []
     for team in t.teams:
         users += [(u, team.name) for u in team.members]
@@ -68,12 +76,29 @@ def accounting_objects(t: TenancyLayer, canary_user: str) -> list[dict]:
     return objs
 
 
+def accounting_objects(t: TenancyLayer, canary_user: str) -> list[dict]:
+    """Everything the layer keeps in slurmdbd, in the order it is created."""
+    return ops_objects(t, canary_user) + team_objects(t)
+
+
 def render_topology_conf(t: TenancyLayer) -> str:
     """One leaf switch a line with its nodes, and one spine over the leaves."""
     lines = [HEADER]
     lines += [f"SwitchName={sw.name} Nodes={','.join(sw.nodes)}" for sw in t.switches]
     lines.append(f"SwitchName=spine Switches={','.join(sw.name for sw in t.switches)}")
     return "\n".join(lines) + "\n"
+
+
+JOB_SUBMIT = Path(__file__).with_name("job_submit.lua")
+
+
+def render_job_submit(nodes: list[NodeSpec]) -> str:
+    """The job_submit.lua rules (see the file) with the fleet's GPU types and the largest node's
+    GPU count filled in."""
+    types = sorted({n.gpus.type for n in nodes if n.gpus})
+    node_gpus = max((n.gpus.count for n in nodes if n.gpus), default=1)
+    return (JOB_SUBMIT.read_text().replace("@GPU_TYPES@", ", ".join(f'"{t}"' for t in types))
+            .replace("@NODE_GPUS@", str(node_gpus)))
 
 
 def scheduling(t: TenancyLayer, nodes: list[NodeSpec]) -> Scheduling:
@@ -90,6 +115,9 @@ def scheduling(t: TenancyLayer, nodes: list[NodeSpec]) -> Scheduling:
         f"AccountingStorageEnforce={ENFORCE}",
     ]
     files: dict[str, str] = {}
+    if t.job_submit:
+        lines.append("JobSubmitPlugins=lua")
+        files["job_submit.lua"] = render_job_submit(nodes)
     features: dict[str, tuple[str, ...]] = {}
     if t.switches:
         lines.append("TopologyPlugin=topology/tree")

@@ -74,9 +74,10 @@ def test_an_absent_cluster_creates_everything_in_order():
     prov = SacctObjectsProvider()
     obs = prov.parse(p, printed(p, {}, {}))
     adds = [s.argv[3:5] for s in prov.plan(p, obs, {}) if s.argv[2] == "add"]
-    assert adds[:4] == [["qos", "scavenger"], ["qos", "vision"], ["qos", "speech"], ["qos", "infra"]]
-    assert adds[4:] == [["account", "gpu-fleet-ops"], ["account", "vision"], ["account", "speech"],
-                        ["account", "infra"], ["user", "fleetcanary"], ["user", "alice"], ["user", "bob"],
+    assert adds[:6] == [["account", "gpu-fleet-ops"], ["user", "fleetcanary"], ["qos", "scavenger"],
+                        ["qos", "vision"], ["qos", "speech"], ["qos", "infra"]]
+    assert adds[6:] == [["account", "vision"], ["account", "speech"],
+                        ["account", "infra"], ["user", "alice"], ["user", "bob"],
                         ["user", "carol"], ["user", "dave"], ["user", "carol"]]  # carol's default (speech) first
 
 

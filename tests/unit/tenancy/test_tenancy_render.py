@@ -7,7 +7,7 @@ import json
 from components.config.load import parse_fleet_config
 from components.layers.slurm.component import restart_key
 from components.layers.slurm.render import render_cgroup_conf, render_gres_conf, render_slurm_conf
-from components.layers.tenancy.render import accounting_objects, scheduling, team_tres
+from components.layers.tenancy.render import accounting_objects, ops_objects, scheduling, team_objects, team_tres
 from tests.unit.slurm.test_slurm_render import check_golden
 
 from .common import tenancy_raw
@@ -41,7 +41,10 @@ def test_shards_are_a_gres_type_counted_per_gpu_and_accounted():
 
 def test_objects_come_in_the_order_sacctmgr_needs():
     c = cfg()
-    objs = accounting_objects(c.tenancy, c.slurm.canary_user)
+    assert ops_objects(c.tenancy, c.slurm.canary_user) == [  # no TRES: before slurmctld registers any
+        {"kind": "account", "name": "gpu-fleet-ops", "fields": {"Fairshare": "1"}},
+        {"kind": "user", "name": "fleetcanary", "account": "gpu-fleet-ops", "fields": {}}]
+    objs = team_objects(c.tenancy)
     kinds = [o["kind"] for o in objs]
     assert kinds == sorted(kinds, key=["qos", "account", "user"].index)  # QOS, then accounts, then users
     assert objs[0]["name"] == "scavenger"  # team QOS list it in Preempt
@@ -52,7 +55,6 @@ def test_objects_come_in_the_order_sacctmgr_needs():
     assert (scav["GraceTime"], scav["MaxTRESPerAccount"]) == ("120", "gres/gpu=32")
     carol = [o["account"] for o in objs if o["kind"] == "user" and o["name"] == "carol"]
     assert carol == ["speech", "vision"]  # her default team first
-    assert {"kind": "user", "name": "fleetcanary", "account": "gpu-fleet-ops", "fields": {}} in objs
 
 
 def test_a_team_quota_binds_typed_and_untyped_requests():

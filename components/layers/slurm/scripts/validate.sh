@@ -1,6 +1,7 @@
 #!/bin/sh
 # Validates a candidate slurm.conf with a throw-away `slurmctld -D` on its own port, state and log.
-# $1 candidate file, $2 test port, $3 timeout (s), $4 live slurm.conf path (its directory has cgroup/gres.conf).
+# $1 candidate file, $2 test port, $3 timeout (s), $4 live slurm.conf path (its directory has the
+# files slurm.conf names: cgroup.conf, gres.conf, topology.conf, job_submit.lua).
 
 set -u
 new="$1"; port="$2"; limit="$3"; etc=$(dirname -- "$4")
@@ -14,7 +15,7 @@ cleanup() {
 trap cleanup EXIT
 # SlurmUser must reach its state directory inside the (0700) temp directory
 chmod 0711 "$d" && mkdir -p -- "$d/state" && chown slurm: "$d/state" || exit 1
-for f in cgroup.conf gres.conf; do [ -f "$etc/$f" ] && cp -- "$etc/$f" "$d/"; done
+for f in cgroup.conf gres.conf topology.conf job_submit.lua; do [ -f "$etc/$f" ] && cp -- "$etc/$f" "$d/"; done
 sed -e "s|^SlurmctldPort=.*|SlurmctldPort=$port|" \
     -e "s|^StateSaveLocation=.*|StateSaveLocation=$d/state|" \
     -e "s|^SlurmctldPidFile=.*|SlurmctldPidFile=$d/slurmctld.pid|" \
