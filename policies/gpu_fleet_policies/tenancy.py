@@ -9,7 +9,8 @@ associations with sacctmgr's fields) and on slurm.conf. A team is an account wit
 - `validate_team_qos_bounds`: a team's QOS sets a generic `gres/gpu` limit in GrpTRES (a typed
   limit alone does not bind a job that asks for GPUs without a type);
 - `validate_no_suspend`: no PreemptMode SUSPEND, in slurm.conf (cluster or partition) or on a QOS
-  (a suspended job keeps its GRES: the preemptor never gets the GPUs);
+  (a suspended job keeps its GRES: the preemptor never gets the GPUs), and no GANG in slurm.conf
+  (gang scheduling time-slices jobs by suspending them: their GPUs are not freed either);
 - `validate_preemption_graph`: a preemptable QOS preempts no team's QOS, and the Preempt graph
   has no cycle;
 - `validate_guarantees_fit`: the teams' `gres/gpu:<type>` guarantees add up to no more than the
@@ -181,10 +182,14 @@ def validate_team_qos_bounds(args, report_violation) -> None:
                 f"{GPU}=<n>,{GPU}:<type>=<n> to the team's guarantee ({FIX_GUARANTEE}).", d.res.urn or None)
 
 
-# ---- 2. preemption frees GPUs: never SUSPEND -------------------------------------------------
+# ---- 2. preemption frees GPUs: never SUSPEND, never GANG ------------------------------------------
 
 WHY_SUSPEND = ("a suspended job keeps its GRES, so the GPUs it holds are not freed for the job that "
                "preempted it")
+WHY_GANG = ("GANG time-slices jobs by suspending them in turn, and a suspended job keeps its GRES, so the "
+            "GPUs it holds are not freed for another job either")
+WHY_BOTH = ("SUSPEND and GANG both suspend jobs (GANG to time-slice them): " + WHY_SUSPEND
+            + ", nor for another job")
 
 
 def suspends(mode: Optional[str]) -> bool:
@@ -192,22 +197,36 @@ def suspends(mode: Optional[str]) -> bool:
     return any(m.strip().upper() == "SUSPEND" for m in split_list(mode))
 
 
+def gangs(mode: Optional[str]) -> bool:
+    """PreemptMode with GANG among its flags (`GANG`, `REQUEUE,GANG`, any case)."""
+    return any(m.strip().upper() == "GANG" for m in split_list(mode))
+
+
+def why_conf(mode: Optional[str]) -> Optional[str]:
+    """Why a slurm.conf PreemptMode (cluster or partition) is refused; None if it is not."""
+    s, g = suspends(mode), gangs(mode)
+    return WHY_BOTH if s and g else WHY_SUSPEND if s else WHY_GANG if g else None
+
+
 def validate_no_suspend(args, report_violation) -> None:
-    """slurm.conf (cluster and partitions) and every QOS preempt by REQUEUE or CANCEL."""
+    """slurm.conf (cluster and partitions) and every QOS preempt by REQUEUE or CANCEL: no SUSPEND,
+    and no GANG in slurm.conf (gang scheduling suspends jobs to time-slice them)."""
     found = _conf_file(args, SLURM_CONF)
     if found is not None:
         res, path, conf = found
         who = res.describe("File", path)
         mode = conf.get("PreemptMode")
-        if suspends(mode):
+        why = why_conf(mode)
+        if why:
             report_violation(
-                f"{who} sets PreemptMode={mode}: {WHY_SUSPEND}; set PreemptMode=REQUEUE or CANCEL "
+                f"{who} sets PreemptMode={mode}: {why}; set PreemptMode=REQUEUE or CANCEL "
                 "(gpu-fleet:tenancy.preempt_mode).", None)
         for part in conf.entities:
             pmode = part.get("preemptmode")
-            if "partitionname" in part and suspends(pmode):
+            why = why_conf(pmode) if "partitionname" in part else None
+            if why:
                 report_violation(
-                    f"{who} gives partition {part['partitionname']} PreemptMode={pmode}: {WHY_SUSPEND}; "
+                    f"{who} gives partition {part['partitionname']} PreemptMode={pmode}: {why}; "
                     "remove it or set PreemptMode=REQUEUE or CANCEL.", None)
     acct = resource(args, ACCOUNTING)
     if acct is None:

@@ -177,23 +177,46 @@ def test_the_qos_may_live_in_another_resource():
         assert violations(fn, args) == [], fn.__name__
 
 
-# ---- 2. preemption never suspends ----------------------------------------------------------------
+# ---- 2. preemption never suspends (SUSPEND, GANG) ------------------------------------------------
 
 WHY = "a suspended job keeps its GRES, so the GPUs it holds are not freed for the job that preempted it"
 
 
-@pytest.mark.parametrize("mode", ["SUSPEND", "suspend", "GANG,SUSPEND", "gang,Suspend"])
-def test_slurm_conf_preempt_mode_suspend_is_refused(mode):
+WHY_GANG = ("GANG time-slices jobs by suspending them in turn, and a suspended job keeps its GRES, so the GPUs it "
+            "holds are not freed for another job either")
+WHY_BOTH = f"SUSPEND and GANG both suspend jobs (GANG to time-slice them): {WHY}, nor for another job"
+
+
+@pytest.mark.parametrize("mode, why", [
+    ("SUSPEND", WHY), ("suspend", WHY),
+    ("GANG", WHY_GANG), ("gang", WHY_GANG), ("REQUEUE,GANG", WHY_GANG), ("Cancel,Gang", WHY_GANG),
+    ("GANG,SUSPEND", WHY_BOTH), ("gang,Suspend", WHY_BOTH),
+])
+def test_slurm_conf_preempt_mode_suspend_or_gang_is_refused(mode, why):
     text = SLURM_CONF.replace("PreemptMode=REQUEUE", f"PreemptMode={mode}")
     assert violations(tenancy.validate_no_suspend, conf(text)) == [
-        f'File "storage-slurm.conf" (/etc/slurm/slurm.conf on storage) sets PreemptMode={mode}: {WHY}; set '
+        f'File "storage-slurm.conf" (/etc/slurm/slurm.conf on storage) sets PreemptMode={mode}: {why}; set '
         "PreemptMode=REQUEUE or CANCEL (gpu-fleet:tenancy.preempt_mode)."]
 
 
-def test_a_partition_preempt_mode_suspend_is_refused():
-    text = SLURM_CONF.replace("PartitionName=v100 Nodes=", "PartitionName=v100 PreemptMode=SUSPEND Nodes=")
+@pytest.mark.parametrize("mode, why", [("SUSPEND", WHY), ("GANG", WHY_GANG), ("requeue,gang", WHY_GANG),
+                                       ("SUSPEND,GANG", WHY_BOTH)])
+def test_a_partition_preempt_mode_suspend_or_gang_is_refused(mode, why):
+    text = SLURM_CONF.replace("PartitionName=v100 Nodes=", f"PartitionName=v100 PreemptMode={mode} Nodes=")
+    assert violations(tenancy.validate_no_suspend, conf(text)) == [
+        f'File "storage-slurm.conf" (/etc/slurm/slurm.conf on storage) gives partition v100 PreemptMode={mode}: '
+        f"{why}; remove it or set PreemptMode=REQUEUE or CANCEL."]
+
+
+def test_gang_in_both_places_is_refused_in_both():
+    text = SLURM_CONF.replace("PreemptMode=REQUEUE", "PreemptMode=GANG").replace(
+        "PartitionName=v100 Nodes=", "PartitionName=v100 PreemptMode=GANG Nodes=")
     msgs = violations(tenancy.validate_no_suspend, conf(text))
-    assert len(msgs) == 1 and "gives partition v100 PreemptMode=SUSPEND: " + WHY in msgs[0], msgs
+    assert len(msgs) == 2, msgs
+    assert msgs[0].endswith(f"sets PreemptMode=GANG: {WHY_GANG}; set PreemptMode=REQUEUE or CANCEL "
+                            "(gpu-fleet:tenancy.preempt_mode).")
+    assert msgs[1].endswith(f"gives partition v100 PreemptMode=GANG: {WHY_GANG}; remove it or set "
+                            "PreemptMode=REQUEUE or CANCEL.")
 
 
 def test_a_node_copy_in_a_files_bundle_is_checked_too():
