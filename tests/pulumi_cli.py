@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import yaml
 
@@ -33,6 +34,8 @@ def pinned_versions() -> dict[str, str]:
 class PulumiProject:
     dir: Path
     env: dict[str, str] = field(default_factory=dict)
+    #: the transport's command log (GPU_FLEET_COMMAND_LOG) when a test keeps one
+    log: Optional[Path] = None
 
     @classmethod
     def copy_of_repo(cls, tmp: Path) -> "PulumiProject":

@@ -10,6 +10,8 @@ fleet has them from its directory service). test_v2411_tenancy runs the same tes
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import time
 
 import pytest
@@ -42,7 +44,7 @@ def set_tenancy(proj: PulumiProject, section: dict) -> None:
 
 def submit(user: str, args: str, script: str = "sleep 300") -> str:
     """sbatch as `user` on the controller -> the job id."""
-    out = ssh("ctl", f"cd /tmp && runuser -u {user} -- sbatch --parsable {JOB} {args} --wrap {json.dumps(script)}")
+    out = ssh("ctl", f"cd /tmp && runuser -u {user} -- sbatch --parsable {JOB} {args} --wrap {shlex.quote(script)}")
     return out.stdout.strip().split(";")[0]
 
 
@@ -147,7 +149,9 @@ def test_borrowed_gpus_are_reclaimed_after_the_grace_and_the_borrower_requeued(t
                 found[path.split("-")[-1].split(".")[0]] = float(stamp)
         return found
 
-    start = read("start")[claim]
+    # RUNNING comes before the batch script's first line: wait for its stamp
+    start = wait_for(lambda: read("start").get(claim), 30)
+    assert start, f"job {claim} wrote no start stamp"
     terms = {j: t for j, t in read("term").items() if j in borrowed}
     assert len(terms) == 1, terms  # one borrowed job was enough
     [(victim, term)] = terms.items()
@@ -174,8 +178,8 @@ def test_a_gang_job_pends_holding_nothing_while_the_free_nodes_run_other_jobs(te
     assert job(gang, "%T") == "PENDING"
     assert "NodeList=(null)" in ssh("ctl", f"scontrol show job {gang}").stdout
     for n in ("node1", "node2"):  # nothing of the gang job is held on the free nodes
-        alloc = ssh("ctl", f"scontrol show node {n}").stdout
-        gpus = alloc.split("AllocTRES=")[1].split()[0] if "AllocTRES=" in alloc else ""
+        alloc = re.search(r"AllocTRES=(\S*)", ssh("ctl", f"scontrol show node {n}").stdout)
+        gpus = alloc.group(1) if alloc else ""
         assert gpus in ("", "cpu=1,mem=64M,gres/gpu=2,gres/gpu:v100=2"), (n, gpus)
     clear_queue()
 
@@ -190,7 +194,8 @@ def test_a_tensor_parallel_job_gets_gpus_0_to_7_of_one_node_and_a_leaf_constrain
                      "--constraint='[leaf-leaf1|leaf-leaf2]' hostname").stdout.split()
     assert sorted(out) == ["node1", "node2"], out
     topo = ssh("ctl", "scontrol show topology").stdout
-    assert "SwitchName=leaf1" in topo and "Nodes=node[1-2]" in topo, topo
+    leaf1 = next(line for line in topo.splitlines() if line.startswith("SwitchName=leaf1 "))
+    assert re.search(r"Nodes=(node\[1-2\]|node1,node2)( |$)", leaf1), topo  # 22.05 lists them
 
 
 def test_two_shard_jobs_share_one_gpu_at_once_and_shards_are_accounted(tenancy):
@@ -199,7 +204,9 @@ def test_two_shard_jobs_share_one_gpu_at_once_and_shards_are_accounted(tenancy):
     jobs = [submit("alice", "-w node2 --gres=shard:1", script) for _ in range(2)]
     for j in jobs:
         assert wait_for(lambda j=j: job(j, "%T") == "RUNNING"), (j, job(j, "%T %r"))
-    devs = [ssh("node2", f"cat /tmp/gf-tenancy-{j}.dev").stdout.strip() for j in jobs]
+    # RUNNING comes before the batch script's first line: wait for what it writes
+    devs = [wait_for(lambda j=j: ssh("node2", f"cat /tmp/gf-tenancy-{j}.dev", check=False).stdout.strip(), 30)
+            for j in jobs]
     assert devs[0] == devs[1] and devs[0] != "", devs  # the same GPU, both running
     for j in jobs:
         tres = ssh("ctl", f"sacct -X -n -P -j {j} -o AllocTRES").stdout.strip()
@@ -230,11 +237,11 @@ def test_a_qos_edited_by_hand_is_drift_and_up_sets_it_back_and_a_no_op_up_sends_
     ssh("ctl", "sacctmgr -i modify qos where name=vision set GrpTRES=gres/gpu=99")
     preview = tenancy.run("preview", "--refresh", "--diff", "--stack", "lab").stdout
     assert "tenancy-accounting" in preview and "gres/gpu=99" in preview, preview[-3000:]
-    tenancy.run("up", "--yes", "--stack", "lab")
+    tenancy.run("up", "--refresh", "--yes", "--stack", "lab")
     tres = ssh("ctl", "sacctmgr -n -P show qos where name=vision format=GrpTRES").stdout.strip()
     assert sorted(tres.split(",")) == ["gres/gpu:v100=8", "gres/gpu=8"], tres
     tenancy.log.unlink(missing_ok=True)
-    tenancy.run("up", "--yes", "--stack", "lab", "--expect-no-changes")
+    tenancy.run("up", "--refresh", "--yes", "--stack", "lab", "--expect-no-changes")
     sacctmgr = [c for c in command_log(tenancy.log) if "sacctmgr" in json.dumps(c)]
     assert sacctmgr and not [c for c in sacctmgr if c["mutating"]], sacctmgr
 
