@@ -137,7 +137,8 @@ def test_borrowed_gpus_are_reclaimed_after_the_grace_and_the_borrower_requeued(t
     ssh("ctl", f"scancel {capped}")
     t0 = float(ssh("ctl", "date +%s.%N").stdout)
     claim = submit("alice", "--gres=gpu:v100:8", "date +%s.%N > /tmp/gf-tenancy-$SLURM_JOB_ID.start; sleep 300")
-    assert wait_for(lambda: job(claim, "%T") == "RUNNING", GRACE_S + 45), job(claim, "%T %r")
+    # a backfill cycle to preempt, the grace, a cycle to start (see below)
+    assert wait_for(lambda: job(claim, "%T") == "RUNNING", GRACE_S + 100), job(claim, "%T %r")
 
     def read(suffix: str) -> dict[str, float]:
         found = {}
@@ -155,9 +156,12 @@ def test_borrowed_gpus_are_reclaimed_after_the_grace_and_the_borrower_requeued(t
     terms = {j: t for j, t in read("term").items() if j in borrowed}
     assert len(terms) == 1, terms  # one borrowed job was enough
     [(victim, term)] = terms.items()
-    assert term - t0 < 15, (t0, term)  # SIGTERM soon after the claim
+    # Slurm's backfill scheduler preempts (every bf_interval, 30 s by default) and starts the
+    # owner in a later cycle: SIGTERM within a cycle of the claim, the owner within the grace
+    # and one cycle more (the lab on 22.05: 26-30 s, then 15 s + 15 s)
+    assert term - t0 < 45, (t0, term)
     assert start - term >= GRACE_S - 1, (term, start)  # the borrower had its grace
-    assert start - t0 <= GRACE_S + 30, (t0, start)  # and the owner got its GPUs right after
+    assert start - term <= GRACE_S + 35, (term, start)
     states = ssh("ctl", f"sacct -D -n -P -X -j {victim} -o State").stdout.split()
     assert {"PREEMPTED", "REQUEUED"} & set(states), states
     assert wait_for(lambda: job(victim, "%T") == "PENDING", 30), job(victim, "%T %r")  # requeued, waits
@@ -208,9 +212,9 @@ def test_two_shard_jobs_share_one_gpu_at_once_and_shards_are_accounted(tenancy):
     devs = [wait_for(lambda j=j: ssh("node2", f"cat /tmp/gf-tenancy-{j}.dev", check=False).stdout.strip(), 30)
             for j in jobs]
     assert devs[0] == devs[1] and devs[0] != "", devs  # the same GPU, both running
-    for j in jobs:
-        tres = ssh("ctl", f"sacct -X -n -P -j {j} -o AllocTRES").stdout.strip()
-        assert "gres/shard=1" in tres, tres
+    for j in jobs:  # the start record reaches slurmdbd a moment after the job starts
+        tres = wait_for(lambda j=j: ssh("ctl", f"sacct -X -n -P -j {j} -o AllocTRES").stdout.strip(), 30)
+        assert "gres/shard=1" in tres.split(","), tres
     clear_queue()
     ssh("node2", "rm -f /tmp/gf-tenancy-*", check=False)
 
@@ -274,7 +278,9 @@ def test_turning_the_layer_off_removes_its_objects_and_settings_and_slurm_keeps_
     set_tenancy(tenancy, {"enabled": False})
     tenancy.run("up", "--yes", "--stack", "lab", timeout=1200)
     conf = ssh("ctl", "scontrol show config").stdout
-    assert "preempt/none" in conf and "AccountingStorageEnforce = none" in conf, conf
+    # 22.05 prints preempt/none, 24.11 (null)
+    assert re.search(r"^PreemptType += (preempt/none|\(null\))$", conf, re.M), conf
+    assert re.search(r"^AccountingStorageEnforce += none$", conf, re.M), conf
     qos = ssh("ctl", "sacctmgr -n -P show qos format=Name").stdout.split()
     assert not {"vision", "scavenger"} & set(qos), qos
     assert "vision" not in ssh("ctl", "sacctmgr -n -P show account format=Account").stdout.split()
