@@ -150,8 +150,8 @@ _SPECS = [
      "Every QOS a team account uses as its DefaultQOS bounds the team's GPUs: GrpTRES sets gres/gpu=<n>.",
      tenancy.validate_team_qos_bounds, Severity.HIGH),
     ("tenancy-no-suspend-preemption", "resource",
-     "Preemption never suspends (slurm.conf PreemptMode, a partition's, a QOS's): a suspended job keeps "
-     "its GPUs.",
+     "Preemption never suspends (SUSPEND or GANG in slurm.conf's PreemptMode or a partition's, SUSPEND in "
+     "a QOS's): a suspended job keeps its GPUs.",
      tenancy.validate_no_suspend, Severity.HIGH),
     ("tenancy-preemption-graph", "stack",
      "Preemption runs one way: a preemptable QOS preempts no team's DefaultQOS, and no Preempt list "
