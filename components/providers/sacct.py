@@ -148,12 +148,16 @@ class FieldPlan:
     why: str
 
 
+def _in_order(kind: str, fields: dict[str, Any]) -> list[str]:
+    """The kind's order (QOS before DefaultQOS: a default must be in the list first)."""
+    return sorted(fields, key=lambda f: (FIELDS[kind].index(f) if f in FIELDS[kind] else 99, f))
+
+
 def plan_fields(props: Props, wanted: dict[str, Any], actual: dict[str, str]) -> list[FieldPlan]:
     """Pure: for each wanted field, the `sacctmgr -i modify` that sets it, or the reason it needs
     none. A TRES list is set whole: a TRES there but not wanted is set to -1."""
     kind, out = props["kind"], []
-    # in the kind's order (QOS before DefaultQOS: a default must be in the list first)
-    for field in sorted(wanted, key=lambda f: (FIELDS[kind].index(f) if f in FIELDS[kind] else 99, f)):
+    for field in _in_order(kind, wanted):
         want, have = canonical(field, wanted[field]), canonical(field, actual.get(field))
         if want == have:
             out.append(FieldPlan(field, None, f"no change: {field} is {have or 'empty'} already"))
@@ -164,31 +168,41 @@ def plan_fields(props: Props, wanted: dict[str, Any], actual: dict[str, str]) ->
             keep = {p.split("=", 1)[0] for p in want.split(",")}
             gone = [f"{p.split('=', 1)[0]}=-1" for p in have.split(",") if p and p.split("=", 1)[0] not in keep]
             value = ",".join([want, *gone])
-        elif field in _AS_TIME and want.isdigit():
-            value = _as_time(want)
         else:
-            value = want
+            value = _set_value(field, want)
         argv = ["sacctmgr", "-i", "modify", kind, "where", *where(props), "set", f"{field}={value}"]
         out.append(FieldPlan(field, Step(argv, f"{field} {have or '(empty)'} -> {want or '(empty)'}"),
                              f"{field} differs"))
     return out
 
 
+def _set_value(field: str, want: str) -> str:
+    """A canonical value as sacctmgr takes it (PreemptExemptTime as a clock)."""
+    return _as_time(want) if field in _AS_TIME and want.isdigit() else want
+
+
 def plan(props: Props, obs: Observed, wanted: dict[str, Any]) -> list[Step]:
-    """Pure: the steps from what the host has to `wanted` (add the object first when absent)."""
-    steps = []
+    """Pure: the steps from what the host has to `wanted`: an absent object is added with its
+    fields in the same command (one sacctmgr call, not one per field: 200 teams' first `up`
+    waits on slurmdbd once per object), a present one modified field by field."""
     if not obs["present"]:
-        steps.append(Step(add_argv(props), f"{props['kind']} {props['name']} absent"))
-    return steps + [p.step for p in plan_fields(props, wanted, obs["fields"]) if p.step is not None]
+        return [Step(add_argv(props, wanted), f"{props['kind']} {props['name']} absent")]
+    return [p.step for p in plan_fields(props, wanted, obs["fields"]) if p.step is not None]
 
 
-def add_argv(props: Props) -> list[str]:
+def add_argv(props: Props, wanted: Optional[dict[str, Any]] = None) -> list[str]:
+    """`sacctmgr -i add` of the object with the wanted fields that are not empty (the kind's
+    order: QOS before DefaultQOS)."""
     kind, name = props["kind"], props["name"]
+    wanted = wanted or {}
+    fields = [f"{f}={_set_value(f, canonical(f, wanted[f]))}" for f in _in_order(kind, wanted)
+              if canonical(f, wanted[f])]
     if kind == "qos":
-        return ["sacctmgr", "-i", "add", "qos", name]
+        return ["sacctmgr", "-i", "add", "qos", name, *fields]
     if kind == "account":
-        return ["sacctmgr", "-i", "add", "account", name, f"cluster={props['cluster']}"]
-    return ["sacctmgr", "-i", "add", "user", name, f"account={props['account']}", f"cluster={props['cluster']}"]
+        return ["sacctmgr", "-i", "add", "account", name, f"cluster={props['cluster']}", *fields]
+    return ["sacctmgr", "-i", "add", "user", name, f"account={props['account']}", f"cluster={props['cluster']}",
+            *fields]
 
 
 def delete_argv(props: Props) -> list[str]:

@@ -34,10 +34,15 @@ def applied(props: dict, obs: dict, steps) -> dict:
     seconds, as sacctmgr refuses anything else ("Invalid value for GraceTime (00:05:00)")."""
     fields = dict(obs["fields"])
     for s in steps:
+        specs: list[str] = []
         if s.argv[2] == "add":
             fields = {f: "" for f in props["fields"]}
-        if "set" in s.argv:
-            f, _, v = s.argv[-1].partition("=")
+            # the fields given with the add: after the name and the where-like keys
+            specs = [a for a in s.argv[5:] if "=" in a and a.split("=", 1)[0] not in ("cluster", "account")]
+        elif "set" in s.argv:
+            specs = [s.argv[-1]]
+        for spec in specs:
+            f, _, v = spec.partition("=")
             if f == "GraceTime" and v != "-1":
                 assert v.isdigit(), f"sacctmgr refuses GraceTime={v}"
                 v = clock(v)
@@ -62,15 +67,21 @@ def test_parse_finds_the_object_and_nothing_else():
     assert parse({**USER, "name": "carol"}, rows)["present"] is False
 
 
-def test_an_absent_qos_is_added_then_set_field_by_field_and_the_replan_is_empty():
+def test_an_absent_qos_is_added_with_its_fields_in_one_call_and_the_replan_is_empty():
     obs = parse(QOS, "")
-    steps = plan(QOS, obs, QOS["fields"])
-    assert steps[0].argv == ["sacctmgr", "-i", "add", "qos", "gpu"]
-    assert [s.argv[-1] for s in steps[1:]] == [  # in the kind's field order
-        "Priority=10", "GraceTime=300", "Preempt=low,scavenger", "PreemptMode=requeue", "GrpTRES=gres/gpu=8",
-        "MaxTRESPerAccount=gres/gpu=4"]
-    assert all(s.argv[:6] == ["sacctmgr", "-i", "modify", "qos", "where", "name=gpu"] for s in steps[1:])
-    assert plan(QOS, applied(QOS, obs, steps), QOS["fields"]) == []
+    [step] = plan(QOS, obs, QOS["fields"])
+    assert step.argv == ["sacctmgr", "-i", "add", "qos", "gpu",  # in the kind's field order
+                         "Priority=10", "GraceTime=300", "Preempt=low,scavenger", "PreemptMode=requeue",
+                         "GrpTRES=gres/gpu=8", "MaxTRESPerAccount=gres/gpu=4"]
+    assert plan(QOS, applied(QOS, obs, [step]), QOS["fields"]) == []
+
+
+def test_an_absent_account_is_added_on_its_cluster_with_its_qos_before_the_default_and_no_empty_field():
+    acct = {"kind": "account", "name": "vision", "account": None, "cluster": "lab",
+            "fields": {"DefaultQOS": "vision", "QOS": "vision,scavenger", "Fairshare": "30", "MaxJobs": ""}}
+    [step] = plan(acct, {"present": False, "fields": {}}, acct["fields"])
+    assert step.argv == ["sacctmgr", "-i", "add", "account", "vision", "cluster=lab", "Fairshare=30",
+                         "QOS=scavenger,vision", "DefaultQOS=vision"]
 
 
 def test_a_hand_edit_is_one_step_for_that_field_and_unchanged_fields_say_why():
