@@ -98,3 +98,23 @@ def pytest_terminal_summary(terminalreporter) -> None:
         top = "/".join(path.split("/")[:2])
         by_dir[top] = by_dir.get(top, 0.0) + secs
     terminalreporter.write_line("  ".join(f"{d}: {s:.0f} s" for d, s in sorted(by_dir.items())))
+    _cli_summary(terminalreporter)
+
+
+def _cli_summary(terminalreporter) -> None:
+    """Where the Pulumi CLI's time went, per module and command (setup and teardown count
+    for the test that was running), and the slowest single runs."""
+    from tests.pulumi_cli import CLI_SECONDS
+
+    if not CLI_SECONDS:
+        return
+    per: dict[tuple[str, str], list[float]] = {}
+    for test, cmd, secs in CLI_SECONDS:
+        per.setdefault((test.split("::", 1)[0], cmd.split(" ", 1)[0]), []).append(secs)
+    terminalreporter.section("Pulumi CLI time per module and command (the slowest 30)")
+    for (path, cmd), runs in sorted(per.items(), key=lambda kv: -sum(kv[1]))[:30]:
+        terminalreporter.write_line(f"{sum(runs):8.1f} s  {len(runs):3d} x {cmd:<9} {path}")
+    terminalreporter.write_line(f"all CLI runs: {len(CLI_SECONDS)}, {sum(s for *_, s in CLI_SECONDS):.0f} s")
+    terminalreporter.section("the slowest 20 CLI runs")
+    for test, cmd, secs in sorted(CLI_SECONDS, key=lambda r: -r[2])[:20]:
+        terminalreporter.write_line(f"{secs:8.1f} s  {cmd:<14} {test}")

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -18,6 +19,9 @@ from typing import Optional
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+#: (test id, pulumi command, seconds) of every CLI run in this session: the suite's summary
+#: prints where the lab time goes (tests/conftest.py)
+CLI_SECONDS: list[tuple[str, str, float]] = []
 PROJECT_FILES = ("Pulumi.yaml", "__main__.py", "components", "stacks")
 
 
@@ -94,10 +98,16 @@ class PulumiProject:
         return cls(proj, env)
 
     def run(self, *args: str, check: bool = True, timeout: int = 300) -> subprocess.CompletedProcess:
-        p = subprocess.run(
-            ["pulumi", *args, "--non-interactive"], cwd=self.dir, env=self.env,
-            capture_output=True, text=True, timeout=timeout,
-        )
+        start = time.monotonic()
+        try:
+            p = subprocess.run(
+                ["pulumi", *args, "--non-interactive"], cwd=self.dir, env=self.env,
+                capture_output=True, text=True, timeout=timeout,
+            )
+        finally:
+            test = os.environ.get("PYTEST_CURRENT_TEST", "").rsplit(" ", 1)[0]
+            CLI_SECONDS.append((test, " ".join(a for a in args[:2] if not a.startswith("-")),
+                                time.monotonic() - start))
         if check and p.returncode != 0:
             raise AssertionError(
                 f"pulumi {' '.join(args)} exited {p.returncode}\n--- stdout\n{p.stdout}\n--- stderr\n{p.stderr}"
