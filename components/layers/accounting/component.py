@@ -178,7 +178,7 @@ class AccountingOutputs:
         h, d, c = self.history, self.access, self.cluster_id
         return {
             "accountingHistory": pulumi.Output.all(h.restored_from, h.restored_jobs).apply(
-                lambda t: {"restoredFrom": t[0], "restoredJobs": t[1]}),
+                lambda t: {"restoredFrom": t[0] or None, "restoredJobs": t[1]}),
             "dbdAccess": pulumi.Output.all(d.reached_from, d.refused_from).apply(
                 lambda t: {"reachedFrom": t[0], "refusedFrom": t[1]}),
             "clusterId": pulumi.Output.all(c.adopt, c.controller_id, c.dbd_id, c.why, c.kept).apply(

@@ -75,8 +75,15 @@ class AccountingHistoryProvider(ActionWithUndo):
             why = got.get("refused") or (res.stdout + res.stderr).strip()[-500:]
             raise FleetError(f"host {conn.t.name}: refusing to start accounting on an empty database "
                              f"{props['database']!r} from a damaged backup: {why}")
-        return {"restored_from": got.get("restored"), "restored_sha256": got.get("sha256"),
+        return {"restored_from": got.get("restored") or "", "restored_sha256": got.get("sha256") or "",
                 "restored_jobs": got["jobs"]}
+
+    def observe(self, props: Props) -> Props:
+        """Nothing restored is "" in state, never null: the engine drops a null output, and a
+        preview then reads the missing value as unknown, so the cluster-ID adoption, whose
+        triggers hold it, showed an update on every preview of a fleet that restored nothing.
+        Refresh turns an older state's null into "" (it reads no host)."""
+        return {k: props.get(k) or "" for k in ("restored_from", "restored_sha256")}
 
     def undo(self, props: Props) -> None:
         conn = connection(target_of(props))
