@@ -67,26 +67,26 @@ def main() -> None:
         try:
             first = timed(proj, log, "up", "--yes")
             print(f"{args.teams} teams: first up (the whole lab stack with accounting) {first:.1f} s, "
-                  f"sacctmgr round trips {sacctmgr_trips(log)[0]}")
+                  f"sacctmgr round trips {sacctmgr_trips(log)[0]}", flush=True)
             preview = timed(proj, log, "preview", "--refresh", "--expect-no-changes")
             p_trips, p_mut = sacctmgr_trips(log)
+            print(f"  no-op preview --refresh: {preview:.1f} s, sacctmgr round trips {p_trips}", flush=True)
             refresh = timed(proj, log, "refresh", "--yes", "--expect-no-changes")
             r_trips, r_mut = sacctmgr_trips(log)
+            print(f"  no-op refresh:           {refresh:.1f} s, sacctmgr round trips {r_trips}", flush=True)
             assert p_mut == 0 and r_mut == 0, "a no-op preview or refresh sent a mutating sacctmgr"
+            objs = ssh("ctl", "sacctmgr -n -P show qos format=Name | grep -c '^team'; "
+                              "sacctmgr -n -P show assoc format=User | grep -c '^user'").stdout.split()
+            print(f"  in slurmdbd: {objs[0]} team QOS, {objs[1]} members' associations", flush=True)
             loop = ("for t in $(sacctmgr -n -P show account format=Account | grep '^team'); do "
                     "sacctmgr -n -P show qos where name=$t >/dev/null; "
                     "sacctmgr -n -P show assoc where account=$t >/dev/null; done")
             start = time.monotonic()
-            ssh("ctl", loop)
+            ssh("ctl", loop, timeout=3600)
             per_team = time.monotonic() - start
-            objs = ssh("ctl", "sacctmgr -n -P show qos format=Name | grep -c '^team'; "
-                              "sacctmgr -n -P show assoc format=User | grep -c '^user'").stdout.split()
-            print(f"{args.teams} teams ({objs[0]} QOS, {objs[1]} members' associations in slurmdbd):")
-            print(f"  no-op preview --refresh: {preview:.1f} s, sacctmgr round trips {p_trips}")
-            print(f"  no-op refresh:           {refresh:.1f} s, sacctmgr round trips {r_trips}")
             print(f"  per-team sacctmgr loop on the controller (2 x {args.teams} calls, one shell): "
                   f"{per_team:.1f} s; the layer's one probe reads all of them in "
-                  f"{r_trips} round trip(s)")
+                  f"{r_trips} round trip(s)", flush=True)
         finally:
             proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=1800)
 

@@ -28,10 +28,11 @@ def lab_conn(name: str, **override) -> dict:
     return {**conn_input(hosts[name], cfg.ssh, ROOT), **override}
 
 
-def ssh(name: str, script: str, check: bool = True, **override) -> subprocess.CompletedProcess:
+def ssh(name: str, script: str, check: bool = True, timeout: float = 120,
+        **override) -> subprocess.CompletedProcess:
     """Run a shell script on a lab host as root, outside the code under test's logging."""
     t = SshTarget.from_dict(lab_conn(name, **override))
-    p = subprocess.run([*ssh_argv(t), "--", script], capture_output=True, text=True, timeout=120)
+    p = subprocess.run([*ssh_argv(t), "--", script], capture_output=True, text=True, timeout=timeout)
     if check and p.returncode != 0:
         raise AssertionError(f"{name}: {script!r} exited {p.returncode}: {p.stdout}{p.stderr}")
     return p
