@@ -75,7 +75,8 @@ def test_secret_marking_deserializer_keeps_secrets_and_unknowns():
     from pulumi_policy.proxy import unknown_checking_proxy
     import pulumi_policy.policy as sdk
 
-    deserialize = engine._secret_marking_deserialize(sdk.deserialize_properties)
+    sdk_own = getattr(sdk.deserialize_properties, "__wrapped__", sdk.deserialize_properties)  # installed or not
+    deserialize = engine._secret_marking_deserialize(sdk_own)
     wire = {
         "content": {SPECIAL_SIG_KEY: SPECIAL_SECRET_SIG, "value": "key-material"},
         "later": {SPECIAL_SIG_KEY: SPECIAL_SECRET_SIG, "value": UNKNOWN_STR},
@@ -89,7 +90,7 @@ def test_secret_marking_deserializer_keeps_secrets_and_unknowns():
     assert snap["nested"]["u"] is UNKNOWN
     assert isinstance(snap["nested"]["list"][1], Secret)
     # The SDK's own deserializer (unpatched) loses secret-ness: the reason for the patch.
-    assert sdk.deserialize_properties(wire)["content"] == "key-material"
+    assert sdk_own(wire)["content"] == "key-material"
 
 
 # ---- Slurm ---------------------------------------------------------------------------------

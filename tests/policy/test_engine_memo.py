@@ -1,0 +1,83 @@
+"""The pack's servicer decodes each message once per Analyze / AnalyzeStack call (engine.py,
+item 5) and still gives every policy the verdict it gave before: the real SDK servicer with
+the real policies, fed the requests the engine would send."""
+
+from __future__ import annotations
+
+import pytest
+from google.protobuf import json_format as real_json_format
+from google.protobuf import struct_pb2
+from pulumi.runtime import proto
+
+from gpu_fleet_policies import engine
+from gpu_fleet_policies.pack import PACK_NAME, declared_levels, policies
+
+FILE = "pulumi-python:dynamic/host:File"
+BAD_CGROUP = "ConstrainCores=yes\nConstrainRAMSpace=no\nConstrainDevices=yes\n"
+
+
+@pytest.fixture(scope="module")
+def servicer():
+    import pulumi_policy.policy as sdk
+    from pulumi_policy import EnforcementLevel
+
+    engine.install(declared_levels())
+    return sdk._PolicyAnalyzerServicer(PACK_NAME, "0.0.1", policies(), EnforcementLevel.MANDATORY,
+                                      None, None, None, None, None, None, None)
+
+
+def file_request(name: str, content: str, path: str = "/etc/slurm/cgroup.conf") -> proto.AnalyzeRequest:
+    props = struct_pb2.Struct()
+    props.update({"conn": {"name": name, "address": "192.0.2.21"}, "path": path, "content": content,
+                  "mode": "0644", "owner": "root", "group": "root"})
+    provider = proto.AnalyzerProviderResource(type="pulumi:providers:pulumi-python", name="default",
+                                              urn="urn:pulumi:s::p::pulumi:providers:pulumi-python::default")
+    provider.properties.update({"version": "3.0.0"})
+    return proto.AnalyzeRequest(type=FILE, properties=props, urn=f"urn:pulumi:s::p::{FILE}::{name}-cgroup",
+                                name=f"{name}-cgroup", provider=provider)
+
+
+class Counting:
+    def __init__(self):
+        self.calls = 0
+
+    def __getattr__(self, name):
+        return getattr(real_json_format, name)
+
+    def MessageToDict(self, message, *a, **kw):
+        self.calls += 1
+        return real_json_format.MessageToDict(message, *a, **kw)
+
+
+def violations(resp) -> dict[str, str]:
+    return {d.policyName: d.message for d in resp.diagnostics}
+
+
+def test_analyze_decodes_properties_and_provider_once_and_reports_as_before(servicer, monkeypatch):
+    import pulumi_policy.policy as sdk
+
+    counting = Counting()
+    monkeypatch.setattr(sdk.json_format, "_json_format", counting)
+    resp = servicer.Analyze(file_request("gpu01", BAD_CGROUP), None)
+    assert counting.calls == 2  # the properties and the provider's, for every resource policy
+    got = violations(resp)
+    assert "ConstrainRAMSpace" in got["slurm-cgroup-confinement"], got
+    assert getattr(engine._call, "memo", None) is None  # nothing kept once the call returns
+
+
+def test_each_policy_gets_its_own_view_and_a_good_file_passes(servicer):
+    resp = servicer.Analyze(file_request("gpu02", BAD_CGROUP.replace("RAMSpace=no", "RAMSpace=yes")), None)
+    assert "slurm-cgroup-confinement" not in violations(resp)
+
+
+def test_two_resources_in_analyze_stack_are_decoded_once_each(servicer, monkeypatch):
+    import pulumi_policy.policy as sdk
+
+    counting = Counting()
+    monkeypatch.setattr(sdk.json_format, "_json_format", counting)
+    reqs = [file_request(n, BAD_CGROUP) for n in ("gpu01", "gpu02")]
+    stack = proto.AnalyzeStackRequest(resources=[
+        proto.AnalyzerResource(type=r.type, properties=r.properties, urn=r.urn, name=r.name, provider=r.provider)
+        for r in reqs])
+    servicer.AnalyzeStack(stack, None)
+    assert counting.calls == 3  # two resources, one shared provider: for every stack policy
