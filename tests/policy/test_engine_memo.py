@@ -70,7 +70,7 @@ def test_each_policy_gets_its_own_view_and_a_good_file_passes(servicer):
     assert "slurm-cgroup-confinement" not in violations(resp)
 
 
-def test_two_resources_in_analyze_stack_are_decoded_once_each(servicer, monkeypatch):
+def test_two_resources_in_analyze_stack_are_decoded_once_each_not_per_policy(servicer, monkeypatch):
     import pulumi_policy.policy as sdk
 
     counting = Counting()
@@ -80,4 +80,4 @@ def test_two_resources_in_analyze_stack_are_decoded_once_each(servicer, monkeypa
         proto.AnalyzerResource(type=r.type, properties=r.properties, urn=r.urn, name=r.name, provider=r.provider)
         for r in reqs])
     servicer.AnalyzeStack(stack, None)
-    assert counting.calls == 3  # two resources, one shared provider: for every stack policy
+    assert counting.calls == 4  # each resource's properties and provider once, not per stack policy
