@@ -144,7 +144,8 @@ class Fleet(pulumi.ComponentResource):
             after.append(self.accounting.checked)
             if cfg.web.enabled:
                 self.web = Web("web", WebInputs(
-                    site=site, web=cfg.web, restd_socket_dir=RESTD_SOCKET_DIR, jwt_key=JWT_KEY,
+                    site=site, web=cfg.web, cluster_name=cfg.slurm.cluster_name, restd_socket_dir=RESTD_SOCKET_DIR,
+                    jwt_key=JWT_KEY,
                     after=[self.accounting.checked]), child).outputs
         else:
             hand_over(pulumi.Output.from_input([]))

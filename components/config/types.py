@@ -189,3 +189,16 @@ def is_ip(address: str) -> bool:
     except ValueError:
         return False
 
+
+
+def _is_web_url(v: str) -> bool:
+    """http(s)://host[:port][/path]: an address as Address takes it (an IPv6 one in brackets)."""
+    m = re.fullmatch(r"https?://(\[[0-9A-Fa-f:.]+\]|[^/:\[\]]+)(?::([0-9]{1,5}))?(/[A-Za-z0-9._~/-]*)?", v)
+    if not m or (m.group(2) and not 1 <= int(m.group(2)) <= 65535):
+        return False
+    host = m.group(1)
+    return _is_address(host[1:-1] if host.startswith("[") else host)
+
+
+WebUrl = checked("an http:// or https:// URL: host (an IPv6 address in brackets), an optional port and "
+                 "path of letters, digits and . _ ~ - /", _is_web_url)

@@ -1,17 +1,24 @@
-"""Build the lab's two stand-in Slurm-web images (TEST DOUBLES) as OCI archives, from Debian
-packages of the lab's apt repository (lab/repo.py), cached machine-wide.
+"""Build Slurm-web's agent and gateway images (the real Slurm-web 6.0.0, from the vendored source
+tarball) as OCI archives, cached machine-wide.
 
-No Dockerfile and no container engine: each image is one layer, the files of a package
-dependency closure (`dpkg-deb -x`, from the repository's Packages index, without the
-packages an image never runs: dpkg, debconf, iproute2, ...) less documentation, plus the
-stand-in's own files. Owners are root except the agent's /etc/slurm-web (uid/gid 999, mode
-0700: the seed's trap). Everything is written deterministically (sorted, fixed mtimes, gzip
-without a timestamp), so the same inputs give the same digests.
+No Dockerfile and no container engine: each image is one layer made of
+- the files of a Debian package dependency closure from the lab's apt repository (`dpkg-deb -x`,
+  from its Packages index, without the packages an image never runs: dpkg, debconf, ...), less
+  documentation: Python 3.11, and what would otherwise be compiled wheels (python3-ldap; for the
+  agent, RacksDB's PyGObject and pycairo: python3-gi, python3-gi-cairo, python3-cairo, Pango);
+- the component's pinned wheels (requirements-<component>.txt, hashes checked by pip) and Slurm-web
+  itself from the tarball, installed with pip into /usr/local/lib/python3.11/dist-packages;
+- upstream's configuration definitions (conf/vendor: /usr/share/slurm-web/conf and templates),
+  a `/usr/bin/slurm-web` launcher (what pip's console script would run), and for the gateway the
+  frontend built from its lock file (sources.py) in /usr/share/slurm-web/frontend.
+Owners are root except /etc/slurm-web (uid/gid 999, mode 0700: the seed's trap; the web layer
+mounts its configuration elsewhere). Everything is written deterministically (sorted, fixed
+mtimes, gzip without a timestamp, no bytecode), so the same inputs give the same digests.
 
-Cached under `<cache>/lab/web-images-<key>/` (`agent.oci.tar`, `gateway.oci.tar`,
-`build.json`) with a `.ok` marker. Each image has its own key (its packages' SHA-256s, its own
-sources and this file; in its label and its tag `7.0.0-lab-<key>`), so a change to one image
-leaves the other's digest as it was; the cache's key hashes both.
+Cached under `<cache>/lab/web-images-<key>/` (`agent.oci.tar`, `gateway.oci.tar`, `build.json`)
+with a `.ok` marker. Each image has its own key (its packages' SHA-256s, the tarball's, its
+requirements, the frontend's for the gateway, and this file; in its label and its tag
+`6.0.0-<key>`), so a change to one image leaves the other's digest as it was.
 """
 
 from __future__ import annotations
@@ -21,66 +28,66 @@ import hashlib
 import io
 import json
 import os
+import shutil
 import tarfile
 import tempfile
 import time
 from pathlib import Path
 
 from .. import repo as lab_repo
-from ..common import LabError, cache_dir, flock, log, remove_tree, run, sha16
+from ..common import ROOT, LabError, cache_dir, flock, log, remove_tree, run, sha16
+from . import sources
 
 HERE = Path(__file__).resolve().parent
-#: the version the stand-in stands in for
-SLURM_WEB_VERSION = "7.0.0"
+SLURM_WEB_VERSION = sources.VERSION
 EPOCH = 1704067200  # 2024-01-01T00:00:00Z: every file's mtime and the images' creation time
 CREATED = "2024-01-01T00:00:00Z"
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 AGENT_UID = 999
-#: never in an image: package tooling, init, and what nginx's Depends drag in unused
+SITE = "usr/local/lib/python3.11/dist-packages"
+SHARE = "usr/share/slurm-web"
+#: never in an image: package tooling, init, and what the Python packages' Depends drag in unused
 EXCLUDE = {"dpkg", "debconf", "debconf-2.0", "iproute2", "init-system-helpers", "lsb-base",
            "sysvinit-utils", "readline-common", "perl-base", "tzdata", "libc-bin", "base-files"}
 #: trees dropped from every image (documentation, translations, charset converters)
 PRUNE = ["usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale",
          "usr/share/lintian", "usr/share/i18n", "usr/lib/x86_64-linux-gnu/gconv",
-         "usr/share/nginx", "etc/nginx/sites-available", "etc/nginx/sites-enabled",
-         "etc/nginx/modules-enabled", "etc/nginx/conf.d", "etc/init.d", "etc/logrotate.d",
-         "etc/ufw", "lib/systemd", "usr/lib/systemd", "var/www", "var/log", "var/lib/nginx",
+         "etc/init.d", "etc/logrotate.d", "lib/systemd", "usr/lib/systemd", "var/log",
          "usr/lib/python3.11/ensurepip", "usr/lib/python3.11/idlelib", "usr/lib/python3.11/tkinter",
-         "usr/lib/python3.11/turtledemo", "usr/lib/python3.11/pydoc_data",
-         "usr/lib/python3.11/lib2to3", "usr/lib/python3.11/distutils"]
+         "usr/lib/python3.11/turtledemo", "usr/lib/python3.11/pydoc_data", "usr/lib/python3.11/lib2to3"]
+#: what pip's console script for `slurm-web` runs (pyproject's [project.scripts])
+LAUNCHER = "#!/usr/bin/python3 -I\nfrom slurmweb.exec.main import SlurmwebExecMain\nSlurmwebExecMain.run()\n"
+PY_ENV = [PATH_ENV, "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1"]
 
 IMAGES = {
     "agent": {
         "repository": "gpu-fleet/slurm-web-agent",
-        "roots": ["python3-minimal", "libpython3.11-stdlib"],
-        "sources": ["agent.py"],
+        "roots": ["python3-minimal", "libpython3.11-stdlib", "python3-ldap", "python3-gi", "python3-gi-cairo",
+                  "python3-cairo", "gir1.2-pango-1.0"],
         "user": f"{AGENT_UID}:{AGENT_UID}",
-        "entrypoint": ["/usr/bin/python3", "-I", "/usr/lib/slurm-web/agent.py"],
-        "env": [PATH_ENV, "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1"],
-        "port": 8081,
+        "port": 5012,
     },
     "gateway": {
         "repository": "gpu-fleet/slurm-web-gateway",
-        "roots": ["nginx-light"],
-        "sources": ["nginx.conf", "index.html", "app.js"],
-        "user": "65534:65534",
-        "entrypoint": ["/usr/sbin/nginx", "-e", "stderr", "-g", "daemon off;"],
-        "env": [PATH_ENV],
-        "port": 8080,
+        "roots": ["python3-minimal", "libpython3.11-stdlib", "python3-ldap"],
+        "user": f"{AGENT_UID}:{AGENT_UID}",
+        "port": 5011,
     },
 }
 
-PASSWD = {
-    "agent": ["root:x:0:0:root:/root:/usr/sbin/nologin",
-              f"slurm-web:x:{AGENT_UID}:{AGENT_UID}:Slurm-web:/etc/slurm-web:/usr/sbin/nologin",
-              "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin"],
-    "gateway": ["root:x:0:0:root:/root:/usr/sbin/nologin",
-                "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin"],
-}
-GROUP = {
-    "agent": ["root:x:0:", f"slurm-web:x:{AGENT_UID}:", "nogroup:x:65534:"],
-    "gateway": ["root:x:0:", "nogroup:x:65534:"],
-}
+PASSWD = ["root:x:0:0:root:/root:/usr/sbin/nologin",
+          f"slurm-web:x:{AGENT_UID}:{AGENT_UID}:Slurm-web:/etc/slurm-web:/usr/sbin/nologin",
+          "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin"]
+GROUP = ["root:x:0:", f"slurm-web:x:{AGENT_UID}:", "nogroup:x:65534:"]
+
+
+def entrypoint(comp: str) -> list[str]:
+    return ["/usr/bin/slurm-web", comp]
+
+
+def default_cmd(comp: str) -> list[str]:
+    """Upstream's own defaults; the web layer passes its rendered file instead."""
+    return ["--conf-defs", f"/{SHARE}/conf/{comp}.yml", "--conf", f"/etc/slurm-web/{comp}.ini"]
 
 
 # --- the repository's index and a dependency closure (pure) -------------------------------------
@@ -140,28 +147,46 @@ def closure(index: dict[str, dict], roots: list[str], exclude: set[str] = EXCLUD
 
 # --- key -----------------------------------------------------------------------------------
 
-def _sources_hash(names: list[str]) -> str:
-    h = hashlib.sha256()
-    for name in sorted({*names, "build.py"}):
-        h.update(name.encode() + b"\0" + (HERE / name).read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def plan(repo_dir: Path) -> dict:
-    """What each image is made of and its key, and the cache key, from the repository's index."""
+def plan(repo_dir: Path, src: Path) -> dict:
+    """What each image is made of and its key, and the cache key, from the repository's index and
+    the unpacked tarball (`src`)."""
     index = parse_index((repo_dir / "Packages").read_text())
+    this = hashlib.sha256((HERE / "build.py").read_bytes() + (HERE / "sources.py").read_bytes()).hexdigest()
     images, keys = {}, {}
     for comp, spec in IMAGES.items():
         names = closure(index, spec["roots"])
         images[comp] = [(n, index[n]["Version"], index[n]["SHA256"], index[n]["Filename"]) for n in names]
-        keys[comp] = sha16("web-image-v1", lab_repo.arch(), SLURM_WEB_VERSION, comp, images[comp],
-                           _sources_hash(spec["sources"]))
-    return {"key": sha16("web-images-v2", keys), "keys": keys, "packages": images}
+        ui = sources.frontend_key(src / "frontend") if comp == "gateway" else None
+        keys[comp] = sha16("web-image-v2", lab_repo.arch(), sources.TARBALL_SHA256, comp, images[comp],
+                           sources.requirements_hash(comp), ui, this)
+    return {"key": sha16("web-images-v3", keys), "keys": keys, "packages": images}
 
 
 # --- rootfs and OCI archive ----------------------------------------------------------------------
 
-def _rootfs(comp: str, debs: list[Path], root: Path) -> None:
+def _python_tree(comp: str, src: Path, root: Path) -> None:
+    """The component's wheels and Slurm-web from the tarball, in the image's site directory;
+    no bytecode (not reproducible byte for byte), no scripts (the launcher runs it), no record of
+    where the build ran."""
+    target = root / SITE
+    pip = [str(ROOT / ".venv/bin/pip"), "install", "-q", "--no-deps", "--no-index", "--no-compile",
+           "--no-warn-script-location", "--target", str(target)]
+    run([*pip, *map(str, sources.wheels(comp))], timeout=600)
+    with tempfile.TemporaryDirectory(dir=root.parent) as td:  # the build writes into its tree
+        tree = Path(td) / "slurm-web"
+        tree.mkdir()
+        for name in ("pyproject.toml", "README.md", "LICENSE"):
+            (tree / name).write_bytes((src / name).read_bytes())
+        shutil.copytree(src / "slurmweb", tree / "slurmweb")
+        run([*pip, "--no-build-isolation", str(tree)], timeout=600)
+    remove_tree(target / "bin")
+    for p in target.glob("*.dist-info/direct_url.json"):
+        p.unlink()
+    for p in sorted(target.rglob("__pycache__")):
+        remove_tree(p)
+
+
+def _rootfs(comp: str, debs: list[Path], src: Path, root: Path) -> None:
     for deb in debs:
         run(["dpkg-deb", "-x", str(deb), str(root)])
     for rel in PRUNE:
@@ -173,30 +198,39 @@ def _rootfs(comp: str, debs: list[Path], root: Path) -> None:
     for d, mode in (("tmp", 0o1777), ("run", 0o755), ("etc", 0o755), ("var/tmp", 0o1777)):
         (root / d).mkdir(parents=True, exist_ok=True)
         os.chmod(root / d, mode)
-    (root / "etc/passwd").write_text("\n".join(PASSWD[comp]) + "\n")
-    (root / "etc/group").write_text("\n".join(GROUP[comp]) + "\n")
+    (root / "etc/passwd").write_text("\n".join(PASSWD) + "\n")
+    (root / "etc/group").write_text("\n".join(GROUP) + "\n")
     (root / "etc/os-release").write_text(
-        f'PRETTY_NAME="gpu-fleet lab stand-in for Slurm-web {SLURM_WEB_VERSION} ({comp}; TEST DOUBLE)"\n'
-        "ID=gpu-fleet-lab\n")
-    if comp == "agent":
-        app = root / "usr/lib/slurm-web"
-        app.mkdir(parents=True, exist_ok=True)
-        (app / "agent.py").write_bytes((HERE / "agent.py").read_bytes())
-        (root / "etc/slurm-web").mkdir(mode=0o700, exist_ok=True)
-        os.chmod(root / "etc/slurm-web", 0o700)
-        py = root / "usr/bin/python3"
-        if not (py.is_symlink() or py.exists()):
-            raise LabError("web images: the agent's root has no /usr/bin/python3")
-    else:
-        www = root / "usr/share/slurm-web"
-        www.mkdir(parents=True, exist_ok=True)
-        for name in ("index.html", "app.js"):
-            (www / name).write_bytes((HERE / name).read_bytes())
-        (root / "etc/nginx/nginx.conf").write_bytes((HERE / "nginx.conf").read_bytes())
+        f'PRETTY_NAME="gpu-fleet Slurm-web {SLURM_WEB_VERSION} {comp} (Debian 12 packages)"\nID=gpu-fleet\n')
+    if not (root / "usr/bin/python3").is_symlink() and not (root / "usr/bin/python3").exists():
+        raise LabError(f"web images: the {comp}'s root has no /usr/bin/python3")
+    _python_tree(comp, src, root)
+    share = root / SHARE
+    (share / "conf").mkdir(parents=True)
+    (share / "templates").mkdir()
+    for f in (src / "conf" / "vendor").iterdir():
+        if f.is_file():
+            (share / "conf" / f.name).write_bytes(f.read_bytes())
+    for f in (src / "conf" / "vendor" / "templates").iterdir():
+        (share / "templates" / f.name).write_bytes(f.read_bytes())
+    if comp == "gateway":
+        dist = sources.frontend(src)
+        for f in sorted(dist.rglob("*")):
+            dest = share / "frontend" / f.relative_to(dist)
+            if f.is_dir():
+                dest.mkdir(parents=True, exist_ok=True)
+            else:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(f.read_bytes())
+    launcher = root / "usr/bin/slurm-web"
+    launcher.write_text(LAUNCHER)
+    os.chmod(launcher, 0o755)
+    (root / "etc/slurm-web").mkdir(mode=0o700, exist_ok=True)
+    os.chmod(root / "etc/slurm-web", 0o700)
 
 
 def _owner(comp: str, name: str) -> tuple[int, int]:
-    if comp == "agent" and (name == "etc/slurm-web" or name.startswith("etc/slurm-web/")):
+    if (name == "etc/slurm-web" or name.startswith("etc/slurm-web/")):
         return AGENT_UID, AGENT_UID
     return 0, 0
 
@@ -246,17 +280,19 @@ def oci_archive(comp: str, root: Path, dest: Path, key: str) -> dict:
         layer_digest, layer_size = _blob(blobs, gz.getvalue())
         labels = {
             "org.opencontainers.image.title": f"slurm-web-{comp}",
-            "org.opencontainers.image.version": f"{SLURM_WEB_VERSION}-lab",
+            "org.opencontainers.image.version": SLURM_WEB_VERSION,
             "org.opencontainers.image.description":
-                f"TEST DOUBLE: the gpu-fleet lab's stand-in for Slurm-web {SLURM_WEB_VERSION} ({comp})",
+                f"Slurm-web {SLURM_WEB_VERSION} {comp}, built by gpu-fleet from the upstream tag's source",
+            "org.opencontainers.image.source": "https://github.com/rackslab/Slurm-web",
+            "org.opencontainers.image.licenses": "MIT",
             "io.gpu-fleet.lab.build-key": key,
         }
         config = {
             "created": CREATED, "architecture": "amd64", "os": "linux",
-            "config": {"User": spec["user"], "Env": spec["env"], "Entrypoint": spec["entrypoint"],
+            "config": {"User": spec["user"], "Env": PY_ENV, "Entrypoint": entrypoint(comp), "Cmd": default_cmd(comp),
                        "WorkingDir": "/", "ExposedPorts": {f"{spec['port']}/tcp": {}}, "Labels": labels},
             "rootfs": {"type": "layers", "diff_ids": [diff_id]},
-            "history": [{"created": CREATED, "created_by": "lab/web_images/build.py (Debian packages)"}],
+            "history": [{"created": CREATED, "created_by": "lab/web_images/build.py"}],
         }
         cfg_digest, cfg_size = _blob(blobs, json.dumps(config, sort_keys=True).encode())
         manifest = {
@@ -279,7 +315,7 @@ def oci_archive(comp: str, root: Path, dest: Path, key: str) -> dict:
 
 
 def tag(key: str) -> str:
-    return f"{SLURM_WEB_VERSION}-lab-{key}"
+    return f"{SLURM_WEB_VERSION}-{key}"
 
 
 # --- the cached build ---------------------------------------------------------------------------
@@ -288,7 +324,8 @@ def ensure(repo_dir: Path | None = None) -> dict:
     """The cached build for the current inputs (built if missing): {"key", "dir", "images":
     {comp: {"archive", "repository", "tag", "manifest_digest", ...}}}."""
     repo_dir = repo_dir or lab_repo.ensure_repo()
-    p = plan(repo_dir)
+    src = sources.source_tree()
+    p = plan(repo_dir, src)
     key = p["key"]
     cache = cache_dir()
     out = cache / f"web-images-{key}"
@@ -296,7 +333,7 @@ def ensure(repo_dir: Path | None = None) -> dict:
     if not (ok.exists() and (out / "build.json").exists()):
         with flock(cache / ".web-images.lock", "web images"):
             if not (ok.exists() and (out / "build.json").exists()):
-                _build(p, repo_dir, out)
+                _build(p, repo_dir, src, out)
                 ok.write_text(f"{key}\n")
     info = json.loads((out / "build.json").read_text())
     for comp, img in info["images"].items():
@@ -305,7 +342,7 @@ def ensure(repo_dir: Path | None = None) -> dict:
     return info
 
 
-def _build(p: dict, repo_dir: Path, out: Path) -> None:
+def _build(p: dict, repo_dir: Path, src: Path, out: Path) -> None:
     start = time.monotonic()
     key = p["key"]
     tmp = out.with_name(f".{out.name}.tmp")
@@ -316,7 +353,7 @@ def _build(p: dict, repo_dir: Path, out: Path) -> None:
         t0 = time.monotonic()
         root = tmp / f"{comp}-root"
         root.mkdir()
-        _rootfs(comp, [repo_dir / fn for _, _, _, fn in pkgs], root)
+        _rootfs(comp, [repo_dir / fn for _, _, _, fn in pkgs], src, root)
         res = oci_archive(comp, root, tmp / f"{comp}.oci.tar", p["keys"][comp])
         remove_tree(root)
         res.update(repository=IMAGES[comp]["repository"], tag=tag(p["keys"][comp]),

@@ -13,7 +13,8 @@ from pulumi_policy import (
 
 from .common import each_member
 from . import (
-    exposure, guards, hosts, identities, k3s, model, packages, relax, secrets, slurm, storage, tenancy, web,
+    exposure, guards, hosts, identities, k3s, model, packages, relax, secrets, slurm, slurmweb, storage, tenancy,
+    web,
 )
 
 PACK_NAME = "gpu-fleet"
@@ -142,6 +143,18 @@ _SPECS = [
      "empty, and an image pulled the digest it pins: checked on the state's outputs after a create or "
      "refresh, before `pulumi up` changes anything.",
      web.validate_readback, Severity.HIGH),
+    ("web-anonymous-view-only", "resource",
+     "Slurm-web's policy.ini grants the anonymous role viewing actions only (view-*): with authentication off "
+     "every visitor is anonymous.",
+     slurmweb.validate_anonymous_view_only, Severity.CRITICAL),
+    ("web-gateway-agents-internal", "resource",
+     "Slurm-web's gateway.ini lists only the agent container on the layer's internal network "
+     "(http://slurm-web-agent:<port>).",
+     slurmweb.validate_gateway_agents_internal, Severity.HIGH),
+    ("web-agent-static-token", "resource",
+     "Slurm-web's agent authenticates to slurmrestd with a minted token (auth=jwt, jwt_mode=static), never "
+     "with Slurm's signing key.",
+     slurmweb.validate_agent_static_token, Severity.CRITICAL),
     ("guards-least-privilege", "resource",
      "The node guard runs as root bounded by its unit: no capability but CAP_KILL (memory guard), "
      "NoNewPrivileges=yes, ProtectSystem=strict.",

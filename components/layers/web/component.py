@@ -4,18 +4,22 @@
 On the controller, in order:
 
 1. podman and its runtime, network and DNS (`PackageSet`), its engine drop-in (web.runtime);
-2. the token: a Slurm user with no admin or operator level (`Account`), a oneshot unit that
-   mints its slurmrestd token (`scontrol token`, bounded lifetime) into the agent's secret
-   directory, and a timer that renews it `renew_before_s` before it expires; the JWT signing
-   key stays with slurmctld and slurmrestd, never in a container;
+2. Slurm-web's configuration: its own signing key made on the controller (the same in both
+   components' directories; never Slurm's), policy.ini (the anonymous role's viewing actions),
+   gateway.ini, and the agent's settings template; the token: a Slurm user with no admin or
+   operator level (`Account`), a oneshot unit that mints its slurmrestd token (`scontrol token`,
+   bounded lifetime) into agent.ini from the template, and a timer that renews it
+   `renew_before_s` before it expires (restarting the agent, which reads it at start); Slurm's
+   JWT signing key stays with slurmctld and slurmrestd, never in a container;
 3. both images pulled by digest (`web:Image`), an internal network (agent and gateway) and an
    ingress network (the gateway only: an internal network publishes no port);
-4. the agent (slurmrestd's Unix socket and its token directory mounted read-only, no port) and
-   the gateway (port on 127.0.0.1 only), each a systemd unit running `podman run` with every
+4. the agent (slurmrestd's Unix socket and its directory mounted read-only, no port) and the
+   gateway (its directory read-only, port on 127.0.0.1 only), each a systemd unit running `podman run` with every
    hardening flag, recreated under the watchdog's pause and the layer's lock, and read back from
    podman and the kernel (`web:Container`);
-5. the watchdog timer, then `web:Check`: the page and read API through the gateway, writes
-   refused, the port closed on the host's other addresses.
+5. the watchdog timer, then `web:Check`: the page and the read API through the gateway as an
+   anonymous visitor, every action but viewing refused, the port closed on the host's other
+   addresses.
 
 Rollback (destroy, or the layer off) removes the containers, units, timers, networks, the images
 it pulled, the token and its user; Slurm and accounting keep running.
@@ -34,13 +38,13 @@ from ...providers import Account, CommandWithVerify, File, PackageSet, SystemdUn
 from .check import WebCheck
 from .config import WebLayer
 from .container import WebContainer, WebImage, WebNetwork
-from .remote import HEALTH_SH, TOKEN_PROBE, TOKEN_SH, bash
+from .remote import HEALTH_SH, TOKEN_PROBE, TOKEN_SH, WAIT_SH, WEB_KEY, bash
 from .tailnet import TailnetBaseline, TailnetExposure
 from .render import (
-    AGENT, COMPONENTS, CONTAINERS_CONF, GATEWAY, HEALTH_SCRIPT, HEALTH_TIMER, HEALTH_UNIT, INGRESS_NET,
-    INTERNAL_NET, LOCK, NAMES, REGISTRIES_CONF, TAILNET_DIR, TOKEN_FILE, TOKEN_SCRIPT, TOKEN_TIMER, TOKEN_UNIT,
-    container_specs, render_container_unit, render_containers_conf, render_health_timer, render_health_unit,
-    render_registries_conf, render_token_timer, render_token_unit, secret_dir,
+    AGENT, AGENT_TEMPLATE, COMPONENTS, CONTAINERS_CONF, GATEWAY, HEALTH_SCRIPT, HEALTH_TIMER, HEALTH_UNIT, INGRESS_NET,
+    INI, INTERNAL_NET, LOCK, NAMES, POLICY_FILE, REGISTRIES_CONF, TAILNET_DIR, TOKEN_SCRIPT, TOKEN_TIMER, TOKEN_UNIT,
+    WAIT_SCRIPT, WEB_KEY_FILE, config_files, container_specs, render_container_unit, render_containers_conf,
+    render_health_timer, render_health_unit, render_registries_conf, render_token_timer, render_token_unit, secret_dir,
 )
 
 
@@ -48,6 +52,8 @@ from .render import (
 class WebInputs:
     site: Site
     web: WebLayer
+    #: the Slurm cluster's name (Slurm-web's cluster)
+    cluster_name: str
     #: slurmrestd's socket directory and Slurm's JWT signing key (the accounting layer's)
     restd_socket_dir: str
     jwt_key: str
@@ -97,14 +103,26 @@ class Web(pulumi.ComponentResource):
                        opts=after(*inputs.after))
         tscript = File(f"{n}-web-token-script", conn=conn, path=TOKEN_SCRIPT, content=TOKEN_SH,
                        mode="0755", opts=after())
+        wscript = File(f"{n}-web-wait-script", conn=conn, path=WAIT_SCRIPT, content=WAIT_SH, mode="0755",
+                       opts=after())
         tunit = SystemdUnit(f"{n}-web-token-unit", conn=conn, unit=TOKEN_UNIT, content=render_token_unit(w),
                             enabled=False, active=False, opts=after(tscript))
-        token_file = f"{secret_dir(AGENT)}/{TOKEN_FILE}"
+        # Slurm-web's own key and configuration, then the agent's settings with the token
+        dirs = [secret_dir(c) for c in COMPONENTS]
+        key = CommandWithVerify(
+            f"{n}-web-key", conn=conn, create=bash(WEB_KEY, "ensure", str(w.gid), WEB_KEY_FILE, *dirs),
+            verify=bash(WEB_KEY, "check", str(w.gid), WEB_KEY_FILE, *dirs),
+            delete=["rm", "-f", *(f"{d}/{WEB_KEY_FILE}" for d in dirs)], opts=after())
+        confs = config_files(w, inputs.cluster_name, f"{inputs.restd_socket_dir}/slurmrestd.socket")
+        files = [File(f"{n}-web-{path.rsplit('/', 1)[1].replace('.', '-')}", conn=conn, path=path, content=text,
+                      opts=after(key)) for path, text in confs.items()]
+        agent_ini = f"{secret_dir(AGENT)}/{INI[AGENT]}"
         token = CommandWithVerify(
             f"{n}-web-token", conn=conn, create=["systemctl", "start", TOKEN_UNIT],
-            verify=bash(TOKEN_PROBE, token_file, w.token_user, str(w.gid), "30"),
+            verify=bash(TOKEN_PROBE, agent_ini, w.token_user, str(w.gid), "30", AGENT_TEMPLATE),
             delete=["rm", "-rf", secret_dir(AGENT)],
-            triggers={"unit": sha256(render_token_unit(w), 16)}, opts=after(tunit, user, *inputs.after))
+            triggers={"unit": sha256(render_token_unit(w), 16), "template": sha256(confs[AGENT_TEMPLATE], 16)},
+            opts=after(tunit, user, *files, *inputs.after))
         ttimer = SystemdUnit(f"{n}-web-token-timer", conn=conn, unit=TOKEN_TIMER, content=render_token_timer(w),
                              opts=after(token))
 
@@ -116,7 +134,9 @@ class Web(pulumi.ComponentResource):
                                  internal=name == INTERNAL_NET, opts=after(*engine))
                 for name in (INTERNAL_NET, INGRESS_NET)}
 
-        specs = container_specs(w, inputs.restd_socket_dir, inputs.jwt_key)
+        config_sha = {AGENT: sha256(confs[AGENT_TEMPLATE] + confs[f"{secret_dir(AGENT)}/{POLICY_FILE}"], 16),
+                      GATEWAY: sha256(confs[f"{secret_dir(GATEWAY)}/{INI[GATEWAY]}"], 16)}
+        specs = container_specs(w, inputs.restd_socket_dir, inputs.jwt_key, config_sha)
         units = {c: render_container_unit(specs[c]) for c in COMPONENTS}
         lifecycle = {"timer": HEALTH_TIMER, "health": HEALTH_UNIT, "lock": LOCK}
         agent = WebContainer(f"{n}-web-{AGENT}", conn=conn, spec=specs[AGENT], unit_content=units[AGENT],
@@ -128,7 +148,8 @@ class Web(pulumi.ComponentResource):
                  "interface": w.tailnet.interface, "port": w.port, "gateway": NAMES[GATEWAY], "dir": TAILNET_DIR}
             before_gateway.append(TailnetBaseline(f"{n}-web-tailnet-baseline", props=t, opts=after(agent)))
         gateway = WebContainer(f"{n}-web-{GATEWAY}", conn=conn, spec=specs[GATEWAY], unit_content=units[GATEWAY],
-                               **lifecycle, opts=after(images[GATEWAY], *nets.values(), agent, *before_gateway))
+                               **lifecycle, opts=after(images[GATEWAY], *nets.values(), agent, key, *files,
+                                                       wscript, *before_gateway))
         if w.tailnet:
             tailnet = TailnetExposure(f"{n}-web-tailnet", props=t, opts=after(gateway))
 
@@ -138,7 +159,8 @@ class Web(pulumi.ComponentResource):
                             enabled=False, active=False, opts=after(hscript))
         htimer = SystemdUnit(f"{n}-web-health-timer", conn=conn, unit=HEALTH_TIMER, content=render_health_timer(w),
                              opts=after(hunit, agent, gateway))
-        check = WebCheck(f"{n}-web-check", conn=conn, port=w.port, slurm_nodes=[x.name for x in site.slurm_nodes()],
+        check = WebCheck(f"{n}-web-check", conn=conn, port=w.port, cluster=inputs.cluster_name, url=w.url(),
+                         actions=list(w.anonymous_actions), slurm_nodes=[x.name for x in site.slurm_nodes()],
                          triggers={c: sha256(u, 16) for c, u in units.items()},
                          tailnet=w.tailnet.address if w.tailnet else None,
                          opts=after(gateway, htimer, ttimer, *([tailnet] if tailnet else [])))

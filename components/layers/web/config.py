@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Optional
+from typing import TYPE_CHECKING, Literal, Optional, get_args
 
 from pydantic import Field
 
 from ...config.project import PROJECT
 from ...config.types import (
-    ChangeId, DebianVersion, HostName, ImageRef, PackageName, Registry, Strict, TailnetAddress, UserName,
+    ChangeId, DebianVersion, HostName, ImageRef, PackageName, Registry, Strict, TailnetAddress, UserName, WebUrl,
 )
 
 if TYPE_CHECKING:
@@ -47,6 +47,15 @@ class WebTailnet(Strict):
     interface: HostName = "tailscale0"
 
 
+#: Slurm-web 6.0.0's viewing actions (its policy.yml), the only ones the anonymous role may hold
+ViewAction = Literal["view-stats", "view-jobs", "view-nodes", "view-partitions", "view-qos", "view-accounts",
+                     "view-reservations"]
+VIEW_ACTIONS: tuple[ViewAction, ...] = get_args(ViewAction)
+#: Slurm-web 6.0.0 speaks slurmrestd's API 0.0.41 to 0.0.44: Slurm 24.05 and later serve them
+MIN_SLURM = (24, 5)
+SLURM_WEB = "6.0.0"
+
+
 class WebLayer(Strict):
     """Slurm-web's agent and gateway as hardened podman containers on the controller: images by
     digest, a fixed non-root user, read-only rootfs, no capabilities, limits; the agent reaches
@@ -76,6 +85,17 @@ class WebLayer(Strict):
         "netavark": "1.4.0-3", "aardvark-dns": "1.4.0-3", "iptables": "1.8.9-2"})
     runtime: WebRuntime = WebRuntime()
     tailnet: Optional[WebTailnet] = None
+    #: what Slurm-web's anonymous role may do (authentication is off: every visitor is anonymous)
+    anonymous_actions: list[ViewAction] = Field(default_factory=lambda: list(VIEW_ACTIONS))
+    #: the gateway's address as browsers reach it (Slurm-web's `ui.host`: the page calls the API
+    #: there); by default the tailnet address when published there, else loopback (an SSH tunnel)
+    public_url: Optional[WebUrl] = None
+
+    def url(self) -> str:
+        if self.public_url:
+            return str(self.public_url)
+        host = self.tailnet.address if self.tailnet else "127.0.0.1"
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
 
 
 
@@ -94,6 +114,14 @@ def check(cfg: FleetConfig) -> list[str]:
     if w.renew_before_s >= w.token_lifetime_s:
         problems.append(f"{where}.renew_before_s: {w.renew_before_s} s is not less than token_lifetime_s "
                         f"({w.token_lifetime_s} s): the token would expire before it is renewed")
+    release = cfg.slurm.release.version
+    if tuple(int(x) for x in release.split(".")[:2]) < MIN_SLURM:
+        problems.append(f"{where}.enabled: Slurm-web {SLURM_WEB} reads slurmrestd's API 0.0.41 to 0.0.44, which "
+                        f"Slurm {MIN_SLURM[0]}.{MIN_SLURM[1]:02d} and later serve; {PROJECT}:slurm.release.version is "
+                        f"{release}: upgrade Slurm or turn the web layer off")
+    if not w.anonymous_actions or len(set(w.anonymous_actions)) != len(w.anonymous_actions):
+        problems.append(f"{where}.anonymous_actions: {w.anonymous_actions}: name each viewing action once, "
+                        "at least one")
     if w.token_uid in (w.uid, cfg.accounting.restd_uid):
         problems.append(f"{where}.token_uid: {w.token_uid} is already the containers' or slurmrestd's uid")
     return problems

@@ -1,5 +1,6 @@
-"""Pure renderers of the web layer: the containers' specs, their systemd units, podman's
-engine drop-ins and the token and watchdog units.
+"""Pure renderers of the web layer: Slurm-web's own configuration (agent.ini, gateway.ini,
+policy.ini), the containers' specs, their systemd units, podman's engine drop-ins and the token
+and watchdog units.
 
 A container's spec (`container_specs`) is the single description both the unit's `podman run`
 line and the readback judge (runtime.py) are built from, so what is asked for and what is
@@ -12,7 +13,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from .config import WebLayer
+from .config import SLURM_WEB, WebLayer
 
 
 AGENT, GATEWAY = "agent", "gateway"
@@ -24,12 +25,24 @@ INGRESS_NET = "gpu-fleet-web-ingress"
 #: under a directory the image's own user owns fails; a directory per component does not)
 SECRETS_DIR = "/etc/gpu-fleet/web"
 SECRET_TARGET = "/run/secrets/slurm-web"
-TOKEN_FILE = "token"
-AGENT_PORT = 8081
-GATEWAY_PORT = 8080
+#: each component's configuration file in its directory; the agent's holds the slurmrestd token,
+#: so the token unit writes it from the template (TOKEN_MARK standing for the token)
+INI = {AGENT: "agent.ini", GATEWAY: "gateway.ini"}
+AGENT_TEMPLATE = f"{SECRETS_DIR}/agent.ini.in"
+TOKEN_MARK = "@SLURM_JWT@"
+POLICY_FILE = "policy.ini"
+#: Slurm-web's own signing key (the gateway signs the anonymous token, the agent checks it):
+#: made on the controller, the same bytes in both directories; never Slurm's key
+WEB_KEY_FILE = "jwt.key"
+#: Slurm-web's own ports (its defaults), inside the containers
+AGENT_PORT = 5012
+GATEWAY_PORT = 5011
+#: where the images hold upstream's definitions, templates and the built frontend
+SHARE = "/usr/share/slurm-web"
 LIBEXEC = "/usr/local/libexec/gpu-fleet"
 TOKEN_SCRIPT = f"{LIBEXEC}/web-token.sh"
 HEALTH_SCRIPT = f"{LIBEXEC}/web-health.sh"
+WAIT_SCRIPT = f"{LIBEXEC}/web-wait.sh"
 TOKEN_UNIT = "gpu-fleet-web-token.service"
 TOKEN_TIMER = "gpu-fleet-web-token.timer"
 HEALTH_UNIT = "gpu-fleet-web-health.service"
@@ -51,8 +64,51 @@ def secret_dir(component: str) -> str:
     return f"{SECRETS_DIR}/{component}"
 
 
-def container_specs(w: WebLayer, restd_socket_dir: str, jwt_key: str) -> dict[str, dict[str, Any]]:
-    """component -> the `web:Container` props that say what runs (without the connection)."""
+def render_agent_ini(w: WebLayer, cluster: str, restd_socket: str) -> str:
+    """The agent's settings, with TOKEN_MARK where the token unit puts the minted token: the
+    static mode takes a token slurmctld minted for the low-privilege user (the auto mode would
+    need Slurm's own signing key in the container)."""
+    return "\n".join([
+        f"# gpu-fleet web layer: Slurm-web {SLURM_WEB} agent (the token unit writes it from {AGENT_TEMPLATE})",
+        "[service]", f"cluster={cluster}", "interface=0.0.0.0", f"port={AGENT_PORT}", "",
+        "[slurmrestd]", f"uri=unix://{restd_socket}", "auth=jwt", "jwt_mode=static", f"jwt_user={w.token_user}",
+        f"jwt_token={TOKEN_MARK}", "",
+        "[policy]", f"roles={SECRET_TARGET}/{POLICY_FILE}", "",
+        "[jwt]", f"key={SECRET_TARGET}/{WEB_KEY_FILE}", "",
+        "[racksdb]", "enabled=no", "", "[metrics]", "enabled=no", "", "[cache]", "enabled=no", ""])
+
+
+def render_gateway_ini(w: WebLayer) -> str:
+    """The gateway's settings: one agent, by its container's name on the internal network; no
+    authentication (every visitor is anonymous, policy.ini says what that allows)."""
+    return "\n".join([
+        f"# gpu-fleet web layer: Slurm-web {SLURM_WEB} gateway",
+        "[service]", "interface=0.0.0.0", f"port={GATEWAY_PORT}", "",
+        "[ui]", f"host={w.url()}", "enabled=yes", f"path={SHARE}/frontend", f"templates={SHARE}/templates", "",
+        "[agents]", f"url=http://{NAMES[AGENT]}:{AGENT_PORT}", "",
+        "[authentication]", "enabled=no", "",
+        "[jwt]", f"key={SECRET_TARGET}/{WEB_KEY_FILE}", ""])
+
+
+def render_policy_ini(w: WebLayer) -> str:
+    """Slurm-web's roles: anonymous holds the stack's viewing actions; no other role exists, so
+    nobody can do more (authentication is off)."""
+    return "\n".join([
+        f"# gpu-fleet web layer: Slurm-web {SLURM_WEB} roles (authentication is off: every visitor is anonymous)",
+        "[roles]", "anonymous", "", "[anonymous]", f"actions={','.join(w.anonymous_actions)}", ""])
+
+
+def config_files(w: WebLayer, cluster: str, restd_socket: str) -> dict[str, str]:
+    """Path on the controller -> content, for every configuration file the layer writes."""
+    return {AGENT_TEMPLATE: render_agent_ini(w, cluster, restd_socket),
+            f"{secret_dir(AGENT)}/{POLICY_FILE}": render_policy_ini(w),
+            f"{secret_dir(GATEWAY)}/{INI[GATEWAY]}": render_gateway_ini(w)}
+
+
+def container_specs(w: WebLayer, restd_socket_dir: str, jwt_key: str,
+                    config_sha: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """component -> the `web:Container` props that say what runs (without the connection);
+    `config_sha` (per component, a hash of its configuration) makes a change recreate it."""
     common = {
         "user": f"{w.uid}:{w.gid}", "read_only": True, "cap_drop": ["ALL"], "cap_add": [],
         "no_new_privileges": True, "jwt_key": jwt_key, "tailnet": None,
@@ -63,21 +119,21 @@ def container_specs(w: WebLayer, restd_socket_dir: str, jwt_key: str) -> dict[st
         "image": w.agent_image, "tmpfs": TMPFS[AGENT],
         "mounts": [{"source": secret_dir(AGENT), "target": SECRET_TARGET, "ro": True, "kind": "secret"},
                    {"source": restd_socket_dir, "target": restd_socket_dir, "ro": True, "kind": "socket"}],
-        "networks": [INTERNAL_NET], "publish": [],
-        "env": {"SLURMRESTD_SOCKET": f"{restd_socket_dir}/slurmrestd.socket",
-                "TOKEN_FILE": f"{SECRET_TARGET}/{TOKEN_FILE}", "TOKEN_USER": w.token_user,
-                "LISTEN_PORT": str(AGENT_PORT)},
+        "networks": [INTERNAL_NET], "publish": [], "env": {},
+        "args": ["--conf", f"{SECRET_TARGET}/{INI[AGENT]}"], "config_sha": config_sha[AGENT],
         "after": ["slurmrestd.service"],
     }
     gateway = {
         **common, "component": GATEWAY, "name": NAMES[GATEWAY], "unit": unit_name(GATEWAY),
-        "image": w.gateway_image, "tmpfs": TMPFS[GATEWAY], "mounts": [],
+        "image": w.gateway_image, "tmpfs": TMPFS[GATEWAY],
+        "mounts": [{"source": secret_dir(GATEWAY), "target": SECRET_TARGET, "ro": True, "kind": "secret"}],
         "tailnet": w.tailnet.address if w.tailnet else None,
         # ingress first: the published port forwards to the container's address on it
         "networks": [INGRESS_NET, INTERNAL_NET],
         "publish": [{"address": a, "host_port": w.port, "container_port": GATEWAY_PORT}
                     for a in ["127.0.0.1", *([w.tailnet.address] if w.tailnet else [])]],
-        "env": {}, "after": [unit_name(AGENT)],
+        "env": {}, "args": ["--conf", f"{SECRET_TARGET}/{INI[GATEWAY]}"], "config_sha": config_sha[GATEWAY],
+        "after": [unit_name(AGENT)], "wait_for": [NAMES[AGENT], f"http://127.0.0.1:{AGENT_PORT}/version", "60"],
     }
     return {AGENT: agent, GATEWAY: gateway}
 
@@ -103,7 +159,8 @@ def podman_run_argv(spec: dict[str, Any]) -> list[str]:
     argv += [f"--publish={_bracket(p['address'])}:{p['host_port']}:{p['container_port']}/tcp" for p in spec["publish"]]
     argv += [f"--volume={m['source']}:{m['target']}:{'ro' if m['ro'] else 'rw'}" for m in spec["mounts"]]
     argv += [f"--env={k}={v}" for k, v in sorted(spec["env"].items())]
-    argv += [f"--label=io.gpu-fleet.component={spec['component']}", spec["image"]]
+    argv += [f"--label=io.gpu-fleet.component={spec['component']}",
+             f"--label=io.gpu-fleet.config={spec['config_sha']}", spec["image"], *spec["args"]]
     return argv
 
 
@@ -122,6 +179,7 @@ def render_container_unit(spec: dict[str, Any]) -> str:
         "Restart=on-failure\n"
         "TimeoutStopSec=30\n"
         "ExecStartPre=/bin/rm -f %t/%n.ctr-id\n"
+        + (f"ExecStartPre={WAIT_SCRIPT} {' '.join(spec['wait_for'])}\n" if spec.get("wait_for") else "") +
         f"ExecStart={run}\n"
         "ExecStop=/usr/bin/podman stop --ignore -t 10 --cidfile=%t/%n.ctr-id\n"
         "ExecStopPost=/usr/bin/podman rm -f --ignore -t 10 --cidfile=%t/%n.ctr-id\n"
@@ -152,10 +210,12 @@ def render_registries_conf(w: WebLayer) -> str:
 
 def render_token_unit(w: WebLayer) -> str:
     return (
-        "# gpu-fleet web layer: mints the agent's slurmrestd token (a low-privilege Slurm user)\n"
+        "# gpu-fleet web layer: mints the agent's slurmrestd token (a low-privilege Slurm user) into\n"
+        "# its agent.ini and restarts a running agent, which reads it only when it starts\n"
         "[Unit]\nDescription=gpu-fleet web: renew the Slurm-web agent's token\n"
         "After=slurmctld.service\n\n[Service]\nType=oneshot\n"
-        f"ExecStart={TOKEN_SCRIPT} {w.token_user} {w.token_lifetime_s} {secret_dir(AGENT)}/{TOKEN_FILE} {w.gid}\n"
+        f"ExecStart={TOKEN_SCRIPT} {w.token_user} {w.token_lifetime_s} {AGENT_TEMPLATE} "
+        f"{secret_dir(AGENT)}/{INI[AGENT]} {w.gid} {LOCK} {unit_name(AGENT)} {unit_name(GATEWAY)}\n"
     )
 
 

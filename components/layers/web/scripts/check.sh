@@ -1,38 +1,59 @@
 #!/bin/bash
-# Read-only, on the controller: the web view as a client sees it. $1 the gateway's port on
-# loopback, $2 the declared tailnet address (or empty; the tailnet change checks it). Sections: `http` (status of the page, each read API, and of write methods that
-# must be refused), `nodes` (the agent's node list through the gateway), `lan` (the port on
-# each of the host's other addresses: it must be refused), `listen` (TCP listeners and their
-# processes).
+# Read-only, on the controller: Slurm-web as a visitor sees it, through the gateway on loopback.
+# $1 the gateway's port, $2 the declared tailnet address (or empty; the tailnet change checks it),
+# $3 the cluster's name. Sections: `page` (the UI's index and the script it loads), `config` (the
+# API address the UI is given), `http` (status of each call: the anonymous token, each agent view,
+# the actions anonymous must be refused, write methods), `clusters` and `nodes` (JSON, as the
+# gateway answers), `lan` (the port on each of the host's other addresses: it must be refused),
+# `listen` (TCP listeners and their processes).
 set -uo pipefail
-port=$1 tailnet=${2:-}
-PORT=$port TAILNET=$tailnet python3 - <<'PY'
-import http.client, json, os, socket, subprocess
-port = int(os.environ["PORT"])
-def req(method, path, host="127.0.0.1"):
-    c = http.client.HTTPConnection(host, port, timeout=10)
+port=$1 tailnet=${2:-} cluster=$3
+PORT=$port TAILNET=$tailnet CLUSTER=$cluster python3 - <<'PY'
+import http.client, json, os, re, socket, subprocess
+port, cluster = int(os.environ["PORT"]), os.environ["CLUSTER"]
+def req(method, path, token=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     try:
-        c.request(method, path)
+        c.request(method, path, headers={"Authorization": f"Bearer {token}"} if token else {})
         r = c.getresponse()
         return r.status, r.read()
     except OSError as e:
         return type(e).__name__, b""
     finally:
         c.close()
-print("== http")
-body = {}
-for m, p in [("GET", "/"), ("GET", "/api/nodes"), ("GET", "/api/partitions"), ("GET", "/api/jobs"),
-             ("POST", "/api/jobs"), ("DELETE", "/api/jobs/1"), ("PUT", "/api/nodes"), ("PATCH", "/api/nodes")]:
-    status, data = req(m, p)
-    body[(m, p)] = data
-    print(m, p, status)
+def body_json(data, default):
+    try:
+        return json.loads(data)
+    except ValueError:
+        return default
 print("== page")
-print("has-nodes-table", 'id="nodes"' in body[("GET", "/")].decode(errors="replace"))
+status, index = req("GET", "/")
+print("index", status)
+m = re.search(r'src="([^"]*/assets/index-[^"]+\.js)"', index.decode(errors="replace"))
+print("app", 'id="app"' in index.decode(errors="replace"))
+if m:
+    print("asset", m.group(1), req("GET", m.group(1))[0])
+print("== config")
+print(body_json(req("GET", "/config.json")[1], {}).get("API_SERVER", ""))
+print("== http")
+status, data = req("GET", "/api/anonymous")
+print("GET /api/anonymous", status)
+token = body_json(data, {}).get("token")
+calls = [("GET", "/api/version"), ("GET", "/api/clusters")]
+calls += [("GET", f"/api/agents/{cluster}/{v}") for v in
+          ("stats", "jobs", "nodes", "partitions", "qos", "reservations", "accounts", "associations", "cache/stats")]
+calls += [("POST", f"/api/agents/{cluster}/cache/reset"), ("POST", f"/api/agents/{cluster}/jobs"),
+          ("DELETE", f"/api/agents/{cluster}/jobs"), ("PUT", f"/api/agents/{cluster}/nodes"),
+          ("PATCH", f"/api/agents/{cluster}/partitions"), ("GET", "/api/users")]
+body = {}
+for m, p in calls:
+    status, data = req(m, p, token)
+    body[p] = data
+    print(m, p, status)
+print("== clusters")
+print(json.dumps(body_json(body["/api/clusters"], [])))
 print("== nodes")
-try:
-    print(json.dumps(json.loads(body[("GET", "/api/nodes")])))
-except ValueError:
-    print("{}")
+print(json.dumps(body_json(body[f"/api/agents/{cluster}/nodes"], [])))
 print("== lan")
 addrs = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout.split("\n")
 for line in addrs:

@@ -1,0 +1,16 @@
+#!/bin/bash
+# Installed on the controller; the gateway's unit runs it before starting: waits until the
+# agent in container $1 answers $2 (from inside it: the agent has no port on the host), at most
+# $3 seconds. Slurm-web's gateway keeps what it learnt of its agents for 300 s, a failure too, so
+# it must not ask before the agent serves.
+set -uo pipefail
+name=$1 url=$2 limit=$3
+for _ in $(seq "$limit"); do
+  if podman exec "$name" python3 -I -c 'import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=2)' "$url" \
+      >/dev/null 2>&1; then
+    exit 0
+  fi
+  sleep 1
+done
+echo "the Slurm-web agent ($name) did not answer $url within ${limit}s" >&2
+exit 1
