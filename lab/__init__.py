@@ -14,6 +14,6 @@ stop), `net` (the bridge), `stackfile` (stack file and inventory), `fake_nvml`
 (the GPU test double on the nodes), `storage` (the storage host's pool as an admin
 leaves it, the NFS client test double on the nodes), `core` (up/down/status/reboot),
 `k3s` (`python -m lab k3s install|remove|status`: K3s on nodes, as its installer leaves it),
-`web_images` (`python -m lab web-images`: the stand-in Slurm-web images, TEST DOUBLES built
-from the lab's Debian packages, in the lab registry on the storage host).
+`web_images` (`python -m lab web-images`: the Slurm-web 6.0.0 images, built from the vendored
+source, in the lab registry on the storage host).
 """

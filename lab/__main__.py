@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     kr.add_argument("--nodes", required=True, help="nodes, comma-separated")
     ks = ksub.add_parser("status", help="JSON per node: units, Node Ready + heartbeat age, shims, mounts")
     ks.add_argument("--nodes", default="", help="nodes, comma-separated (default: every node)")
-    pw = sub.add_parser("web-images", help="the stand-in Slurm-web images (built from the lab's Debian "
-                                           "packages, cached) in the lab registry storage:5000; writes "
+    pw = sub.add_parser("web-images", help="the Slurm-web 6.0.0 images (built from the vendored source, "
+                                           "cached) in the lab registry storage:5000; writes "
                                            ".state/lab/web-images.json (idempotent; lab/web_images)")
     pw.add_argument("--json", action="store_true", help="print the record as JSON")
     args = p.parse_args(argv)

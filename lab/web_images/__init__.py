@@ -1,13 +1,11 @@
-"""The lab's Slurm-web images and registry: `python -m lab web-images` (issue 15).
+"""The lab's Slurm-web images and registry: `python -m lab web-images` (issues 15, 38).
 
-Slurm-web 7.0.0 is on no registry reachable here, so the lab builds a STAND-IN, a TEST DOUBLE
-that keeps Slurm-web's shape where the web layer meets it: an agent (agent.py, Python standard
-library only, a read-only JSON view of slurmrestd over its Unix socket) and a gateway (nginx-light
-serving the page, index.html + app.js, and proxying /api/ GET-only to the agent). Both images
-are built from the lab apt repository's Debian packages (build.py; seconds, cached machine-wide
-by their inputs) and served by the lab's own registry: Debian's docker-registry on the `storage`
-host, plain HTTP on :5000 (registry.sh), as `storage:5000/gpu-fleet/slurm-web-agent` and
-`.../slurm-web-gateway`, each tagged `7.0.0-lab-<its build key>`. They are pushed from the storage host
+Slurm-web 6.0.0 is on no registry reachable here, so the lab builds its agent and gateway images
+from the vendored source tarball (build.py, sources.py: Debian 12's Python from the lab apt
+repository, pinned wheels, the frontend from its lock file; cached machine-wide by their inputs)
+and serves them from the lab's own registry: Debian's docker-registry on the `storage` host, plain
+HTTP on :5000 (registry.sh), as `storage:5000/gpu-fleet/slurm-web-agent` and
+`.../slurm-web-gateway`, each tagged `6.0.0-<its build key>`. They are pushed from the storage host
 itself (a one-shot podman store in a temp dir, removed after), never from the controller, whose
 podman store the web layer fills by pulling by digest.
 

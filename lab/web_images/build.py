@@ -171,17 +171,22 @@ def _python_tree(comp: str, src: Path, root: Path) -> None:
     target = root / SITE
     pip = [str(ROOT / ".venv/bin/pip"), "install", "-q", "--no-deps", "--no-index", "--no-compile",
            "--no-warn-script-location", "--target", str(target)]
-    run([*pip, *map(str, sources.wheels(comp))], timeout=600)
+    wheels = sources.wheels(comp)
+    run([*pip, *map(str, wheels)], timeout=600)
     with tempfile.TemporaryDirectory(dir=root.parent) as td:  # the build writes into its tree
         tree = Path(td) / "slurm-web"
         tree.mkdir()
         for name in ("pyproject.toml", "README.md", "LICENSE"):
             (tree / name).write_bytes((src / name).read_bytes())
         shutil.copytree(src / "slurmweb", tree / "slurmweb")
-        run([*pip, "--no-build-isolation", str(tree)], timeout=600)
+        # built in pip's isolated environment with the pinned setuptools, from the same wheels
+        run([*pip, "--find-links", str(wheels[0].parent), str(tree)], timeout=600)
     remove_tree(target / "bin")
-    for p in target.glob("*.dist-info/direct_url.json"):
+    for p in target.glob("*.dist-info/direct_url.json"):  # names the build's temp dir
         p.unlink()
+        record = p.with_name("RECORD")
+        record.write_text("".join(line for line in record.read_text().splitlines(keepends=True)
+                                  if not line.startswith(f"{p.parent.name}/direct_url.json,")))
     for p in sorted(target.rglob("__pycache__")):
         remove_tree(p)
 

@@ -1,10 +1,11 @@
-"""The lab's Slurm-web images (issue 15, lab/web_images): `python -m lab web-images` builds the
-stand-in images (TEST DOUBLES of Slurm-web 7.0.0) from the lab's Debian packages, sets up Debian's
+"""The lab's Slurm-web images (issues 15, 38, lab/web_images): `python -m lab web-images` builds
+Slurm-web 6.0.0's agent and gateway from the vendored source and the lab's Debian packages, sets up Debian's
 docker-registry on the storage host (plain HTTP, :5000, a systemd unit) and pushes both there
 from the storage host; the registry serves both recorded digests (to this machine and, by the
 name storage:5000, to the controller); a second run changes nothing; a registry found stopped
 and disabled is set up again with the same digests; the agent image's /etc/slurm-web belongs to
-uid/gid 999, mode 0700 (the seed's trap), read from the registry's own blobs."""
+uid/gid 999, mode 0700 (the seed's trap); each image holds Slurm-web 6.0.0 and upstream's definitions,
+the gateway the built frontend; all read from the registry's own blobs."""
 
 from __future__ import annotations
 
@@ -102,18 +103,27 @@ def test_agent_image_trap_owner_and_config(images):
         [layer] = manifest["layers"]
         _, _, blob = get(f"{images['registry']}/v2/{repo}/blobs/{layer['digest']}", "*/*")
         raw = gzip.decompress(blob)
-        assert len(raw) < 60 * 2**20, f"{comp} image is {len(raw) / 2**20:.1f} MiB"
-        members = {m.name: m for m in tarfile.open(fileobj=io.BytesIO(raw)).getmembers()}
+        assert len(raw) < 400 * 2**20, f"{comp} image is {len(raw) / 2**20:.1f} MiB"
+        tar = tarfile.open(fileobj=io.BytesIO(raw))
+        members = {m.name: m for m in tar.getmembers()}
+        d = members["etc/slurm-web"]
+        assert d.isdir() and (d.uid, d.gid, d.mode & 0o7777) == (999, 999, 0o700)
+        assert "slurm-web:x:999:999:" in tar.extractfile("etc/passwd").read().decode()
+        assert config["Entrypoint"] == ["/usr/bin/slurm-web", comp]
+        assert config["Labels"]["org.opencontainers.image.version"] == "6.0.0"
+        site = "usr/local/lib/python3.11/dist-packages"
+        meta = tar.extractfile(f"{site}/slurm_web-6.0.0.dist-info/METADATA").read().decode()
+        assert "Version: 6.0.0" in meta
+        assert {f"usr/share/slurm-web/conf/{comp}.yml", "usr/share/slurm-web/conf/policy.yml",
+                "usr/share/slurm-web/templates/message.html.j2", "usr/bin/slurm-web"} <= set(members)
+        assert not [n for n in members if n.endswith(".pyc") or "/direct_url.json" in n]
         if comp == "agent":
-            d = members["etc/slurm-web"]
-            assert d.isdir() and (d.uid, d.gid, d.mode & 0o7777) == (999, 999, 0o700)
-            assert "slurm-web:x:999:999:" in tarfile.open(fileobj=io.BytesIO(raw)).extractfile(
-                "etc/passwd").read().decode()
-            assert config["Entrypoint"] == ["/usr/bin/python3", "-I", "/usr/lib/slurm-web/agent.py"]
-            assert "usr/lib/slurm-web/agent.py" in members
+            assert f"{site}/racksdb/__init__.py" in members
+            assert "usr/lib/python3/dist-packages/gi/__init__.py" in members  # Debian's, not a wheel
         else:
-            assert config["Entrypoint"][0] == "/usr/sbin/nginx"
-            assert {"usr/share/slurm-web/index.html", "usr/share/slurm-web/app.js", "etc/nginx/nginx.conf"} <= set(members)
+            assert "usr/share/slurm-web/frontend/index.html" in members
+            assert any(n.startswith("usr/share/slurm-web/frontend/assets/index-") for n in members)
+            assert f"{site}/racksdb" not in members
         others = [n for n, m in members.items() if (m.uid, m.gid) != (0, 0) and not n.startswith("etc/slurm-web")]
         assert others == [], f"{comp}: files not owned by root: {others[:5]}"
 

@@ -112,7 +112,7 @@ class Web(pulumi.ComponentResource):
         key = CommandWithVerify(
             f"{n}-web-key", conn=conn, create=bash(WEB_KEY, "ensure", str(w.gid), WEB_KEY_FILE, *dirs),
             verify=bash(WEB_KEY, "check", str(w.gid), WEB_KEY_FILE, *dirs),
-            delete=["rm", "-f", *(f"{d}/{WEB_KEY_FILE}" for d in dirs)], opts=after())
+            delete=["rm", "-rf", f"{secret_dir(AGENT)}/{WEB_KEY_FILE}", secret_dir(GATEWAY)], opts=after())
         confs = config_files(w, inputs.cluster_name, f"{inputs.restd_socket_dir}/slurmrestd.socket")
         files = [File(f"{n}-web-{path.rsplit('/', 1)[1].replace('.', '-')}", conn=conn, path=path, content=text,
                       opts=after(key)) for path, text in confs.items()]

@@ -1,10 +1,13 @@
-"""The web layer on the lab (issue 15): Slurm-web as hardened podman containers on ctl.
+"""The web layer on the lab (issues 15, 38): the real Slurm-web 6.0.0 as hardened podman containers
+on ctl, on Slurm 24.11 (Slurm-web reads slurmrestd's API 0.0.41 and later; 22.05 is refused).
 
-The images are the lab's stand-in for Slurm-web 7.0.0 (TEST DOUBLE: `python -m lab web-images`
-builds them from Debian packages and serves them from storage:5000); everything else is real:
-podman 4.3.1, crun, netavark and aardvark-dns on ctl (booted with the v1 cgroup controllers,
-lab/nspawn.py), slurmrestd 22.05 on its Unix socket, slurmctld minting the tokens, and headless
-Chromium on this machine loading the page through an SSH tunnel to ctl's loopback port.
+The images are built from the vendored Slurm-web source by `python -m lab web-images` (lab/web_images:
+Debian 12's Python, pinned wheels, the frontend from its lock file) and served by the lab's registry
+on storage:5000. Everything is real: podman 4.3.1, crun, netavark and aardvark-dns on ctl (booted
+with the v1 cgroup controllers, lab/nspawn.py), slurmrestd 24.11 on its Unix socket, slurmctld
+minting the tokens, and headless Chromium on this machine loading the page through an SSH tunnel to
+ctl's loopback port. It runs on the shared 24.11 stack (conftest `release24`; test_v2411_tenancy
+leaves it with accounting on) and turns the layer on over the running fleet.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import re
 import socket
 import subprocess
 import time
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -30,8 +32,13 @@ CTL = "10.213.57.11"
 PORT = 8080
 UID = "64210:64210"
 ARTIFACTS = Path(os.environ.get("GPU_FLEET_ARTIFACTS", ROOT / ".state" / "artifacts")) / "web"
-TOKEN = "/etc/gpu-fleet/web/agent/token"
+AGENT_INI = "/etc/gpu-fleet/web/agent/agent.ini"
 CONTAINERS = {"agent": "slurm-web-agent", "gateway": "slurm-web-gateway"}
+CLUSTER = "gpu-fleet"
+API = f"/api/agents/{CLUSTER}"
+RESTD_API = "v0.0.41"
+#: the token in the agent's settings, from a file of that shape ($1)
+TOKEN_OF = "sed -n 's/^jwt_token=//p'"
 
 
 def up(proj: PulumiProject, check: bool = True) -> subprocess.CompletedProcess:
@@ -51,83 +58,98 @@ def output(proj: PulumiProject, name: str):
     return json.loads(proj.run("stack", "output", name, "--json", "--show-secrets", "--stack", "lab").stdout)
 
 
-@pytest.fixture(scope="module")
-def web(lab, tmp_path_factory):
-    # (named test_ui_web: it runs before test_v2411_cluster_id, which leaves Slurm 24.11 installed)
-    lab_command("web-images", timeout=600)
-    images = json.loads((ROOT / ".state" / "lab" / "web-images.json").read_text())
-    tmp = tmp_path_factory.mktemp("web")
-    proj = PulumiProject.copy_of_repo(tmp)
-    proj.init_stack("lab")
-    ver = dict(line.split() for line in ssh("ctl", "apt-get -q update >/dev/null 2>&1; for p in mariadb-server "
-                                                   "nftables; do echo $p $(apt-cache policy $p | awk '/Candidate/"
-                                                   "{print $2}'); done").stdout.splitlines())
-    for path, value in [("accounting.enabled", "true"), ("accounting.mariadb_version", ver["mariadb-server"]),
-                        ("accounting.nftables_version", ver["nftables"]), ("web.enabled", "true"),
-                        ("web.agent_image", images["agent"]), ("web.gateway_image", images["gateway"]),
-                        ("web.runtime.cgroup_manager", "cgroupfs"), ("web.runtime.keyring", "false"),
-                        ("web.runtime.default_sysctls", "false"),
-                        ("web.runtime.insecure_registries[0]", images["registry"])]:
-        setc(proj, path, value)
-    proj.images = images
-    try:
-        t0 = time.monotonic()
-        up(proj)
-        proj.first_up_s = time.monotonic() - t0
-        yield proj
-    finally:
-        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
-
-
-# ---- the page, as an admin sees it -----------------------------------------------------------
-
-class NodeRows(HTMLParser):
-    """Rows of the rendered `#nodes` table: node -> {class of the cell: its text}."""
-
-    def __init__(self):
-        super().__init__()
-        self.rows: dict[str, dict[str, str]] = {}
-        self._table = self._node = self._cell = None
-
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        if tag == "table":
-            self._table = a.get("id")
-        elif tag == "tr" and self._table == "nodes" and "data-node" in a:
-            self._node = a["data-node"]
-            self.rows[self._node] = {}
-        elif tag == "td" and self._node:
-            self._cell = a.get("class")
-
-    def handle_endtag(self, tag):
-        if tag in ("td",):
-            self._cell = None
-        elif tag == "tr":
-            self._node = None
-        elif tag == "table":
-            self._table = None
-
-    def handle_data(self, data):
-        if self._node and self._cell:
-            self.rows[self._node][self._cell] = self.rows[self._node].get(self._cell, "") + data.strip()
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
+#: through the gateway on ctl's loopback, as an anonymous visitor: `python3 - PORT METHOD PATH...`
+VISIT = r"""
+import http.client, json, sys
+port = int(sys.argv[1])
+def req(method, path, token=None):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request(method, path, headers={"Authorization": f"Bearer {token}"} if token else {})
+    r = c.getresponse()
+    return r.status, r.read()
+status, body = req("GET", "/api/anonymous")
+token = json.loads(body)["token"] if status == 200 else None
+for pair in sys.argv[2:]:
+    method, path = pair.split(" ", 1)
+    print(method, path, req(method, path, token)[0])
+"""
+
+
+def visit(*calls: str) -> dict[str, str]:
+    """`METHOD PATH` -> the status the gateway answered."""
+    args = " ".join(f"'{c}'" for c in calls)
+    out = ssh("ctl", f"python3 - {PORT} {args} <<'PY'\n{VISIT}\nPY").stdout
+    return {line.rsplit(" ", 1)[0]: line.rsplit(" ", 1)[1] for line in out.splitlines() if line.strip()}
+
+
+def wait_for(what, timeout: float = 60, every: float = 1):
+    end = time.monotonic() + timeout
+    while True:
+        got = what()
+        if got or time.monotonic() > end:
+            return got
+        time.sleep(every)
+
+
+@pytest.fixture(scope="module")
+def web(release24):
+    lab_command("web-images", timeout=1800)  # the first build on a machine: wheels, npm ci, vite
+    images = json.loads((ROOT / ".state" / "lab" / "web-images.json").read_text())
+    proj = release24
+    assert ssh("ctl", "slurmctld -V").stdout.split() == ["slurm-wlm", "24.11.5"]
+    local = free_port()
+    for path, value in [("accounting.enabled", "true"), ("web.enabled", "true"),
+                        ("web.agent_image", images["agent"]), ("web.gateway_image", images["gateway"]),
+                        ("web.runtime.cgroup_manager", "cgroupfs"), ("web.runtime.keyring", "false"),
+                        ("web.runtime.default_sysctls", "false"),
+                        ("web.runtime.insecure_registries[0]", images["registry"]),
+                        # the browser's address: the test's end of its SSH tunnel
+                        ("web.public_url", f"http://127.0.0.1:{local}")]:
+        setc(proj, path, value)
+    proj.images = images
+    proj.local_port = local
+    try:
+        t0 = time.monotonic()
+        up(proj)
+        proj.first_up_s = time.monotonic() - t0
+        yield proj
+    finally:
+        proj.run("config", "rm", "--path", "gpu-fleet:web", "--stack", "lab", check=False)
+
+
+def test_slurm_web_is_refused_on_22_05_before_any_host_is_touched(web, tmp_path):
+    proj = PulumiProject.copy_of_repo(tmp_path)
+    proj.init_stack("lab")
+    for path, value in [("accounting.enabled", "true"), ("web.enabled", "true"),
+                        ("web.agent_image", web.images["agent"]), ("web.gateway_image", web.images["gateway"])]:
+        setc(proj, path, value)
+    p = proj.run("preview", "--stack", "lab", check=False, timeout=300)
+    text = p.stdout + p.stderr
+    assert p.returncode != 0
+    assert "gpu-fleet:web.enabled: Slurm-web 6.0.0 reads slurmrestd's API 0.0.41 to 0.0.44" in text, text[-3000:]
+    assert "gpu-fleet:slurm.release.version is 22.05" in text and "Pulumi.lab.yaml" in text, text[-3000:]
+
+
+# ---- the page, as an admin sees it -----------------------------------------------------------
+
 def chromium(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                           "--virtual-time-budget=8000", *args], capture_output=True, text=True, timeout=120)
+                           "--virtual-time-budget=15000", *args], capture_output=True, text=True, timeout=180)
 
 
-def test_the_page_renders_every_node_in_chromium_through_an_ssh_tunnel(web):
+def test_the_page_lists_every_node_in_chromium_through_an_ssh_tunnel(web):
+    """Slurm-web's own frontend: the UI takes the anonymous token, finds the cluster through the
+    gateway and its agent, and renders the nodes slurmrestd reports on its resources page."""
     from components.transport import SshTarget
     from components.transport.ssh import ssh_argv
 
-    local = free_port()
+    local = web.local_port
     argv = ssh_argv(SshTarget.from_dict(lab_conn("ctl")))
     tunnel = subprocess.Popen([*argv[:-1], "-N", "-o", "ExitOnForwardFailure=yes", "-o", "ControlPath=none",
                                "-L", f"127.0.0.1:{local}:127.0.0.1:{PORT}", argv[-1]],
@@ -138,23 +160,32 @@ def test_the_page_renders_every_node_in_chromium_through_an_ssh_tunnel(web):
                 if s.connect_ex(("127.0.0.1", local)) == 0:
                     break
             time.sleep(0.2)
-        url = f"http://127.0.0.1:{local}/"
+        url = f"http://127.0.0.1:{local}/{CLUSTER}/resources"
         dom = chromium("--dump-dom", url)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         shot = ARTIFACTS / "page.png"
-        chromium("--window-size=1200,900", f"--screenshot={shot}", url)
+        chromium("--window-size=1400,1000", f"--screenshot={shot}", url)
     finally:
         tunnel.terminate()
         tunnel.wait(10)
-    assert 'data-loaded="true"' in dom.stdout, dom.stdout[-2000:] + dom.stderr[-2000:]
-    rows = NodeRows()
-    rows.feed(dom.stdout)
-    assert set(rows.rows) == set(NODES), rows.rows
-    for node, cells in rows.rows.items():
-        assert cells["gres"] == "gpu:v100:8", (node, cells)
-        assert re.fullmatch(r"(idle|mixed|allocated)(\+\w+)*", cells["state"]), (node, cells)
+    html = dom.stdout
+    assert 'id="app"' in html, html[-2000:] + dom.stderr[-2000:]
+    missing = [n for n in NODES if not re.search(rf">\s*{n}\s*<", html)]
+    assert not missing, f"nodes {missing} not rendered:\n" + html[-4000:]
     assert shot.stat().st_size > 10_000
     print(f"\nscreenshot: {shot}; first up with the web layer: {web.first_up_s:.1f} s")
+
+
+def test_anonymous_sees_every_view_and_may_do_nothing_else(web):
+    got = visit(*(f"GET {API}/{v}" for v in ("stats", "jobs", "nodes", "partitions", "qos", "reservations",
+                                             "accounts", "associations", "cache/stats")),
+                f"POST {API}/cache/reset", "GET /api/users")
+    assert {k: v for k, v in got.items() if v != "200"} == {
+        f"GET {API}/associations": "403", f"GET {API}/cache/stats": "403", f"POST {API}/cache/reset": "403",
+        "GET /api/users": "501"}, got
+    check = output(web, "web")["check"]
+    assert check["clusters"] == [CLUSTER] and check["api_server"] == f"http://127.0.0.1:{web.local_port}"
+    assert sorted(n["name"] for n in check["nodes"]) == sorted(NODES)
 
 
 # ---- hardening, read back from the runtime -------------------------------------------------
@@ -179,7 +210,7 @@ def test_every_hardening_property_is_read_back_from_podman_and_the_kernel(web):
         pinned = web.images[comp].rsplit("@", 1)[1]
         assert seen[name] == (pinned, "true", UID, "0" * 16, "0" * 16, "1", 256 * 2**20, 128), (name, seen[name])
     out = output(web, "web")["containers"]
-    assert out["gateway"]["ports"] == [{"address": "127.0.0.1", "host_port": PORT, "container_port": 8080}]
+    assert out["gateway"]["ports"] == [{"address": "127.0.0.1", "host_port": PORT, "container_port": 5011}]
     assert out["agent"]["ports"] == [] and out["agent"]["cpu_quota_us"] == 50000
 
 
@@ -204,10 +235,10 @@ def test_the_port_is_loopback_only_and_the_agent_has_no_tcp_listener_on_the_host
     assert "Connection refused" in r.stdout, r.stdout
     agent_ip = ssh("ctl", "podman inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}' "
                           "slurm-web-agent").stdout.split()[0]
-    r = ssh("node1", f"timeout 5 bash -c '</dev/tcp/{agent_ip}/8081' 2>&1; echo rc=$?", check=False)
+    r = ssh("node1", f"timeout 5 bash -c '</dev/tcp/{agent_ip}/5012' 2>&1; echo rc=$?", check=False)
     assert "rc=0" not in r.stdout, r.stdout
     listen = ssh("ctl", "ss -Hltnp").stdout
-    assert not re.search(r"slurmrestd|python3|:8081\b", listen), listen
+    assert not re.search(r"slurmrestd|python3|slurm-web|:501[12]\b", listen), listen
     ports = [line.split()[3] for line in listen.splitlines() if line.split()[3].endswith(f":{PORT}")]
     assert all(p.startswith("127.0.0.1:") for p in ports), listen
 
@@ -222,32 +253,22 @@ def test_the_agent_is_internal_only_and_the_gateway_reaches_it(web):
                      "try: s.connect((\"10.213.57.10\", 5000)); print(\"reached\")\n"
                      "except OSError as e: print(\"no route\", e.errno)\n'").stdout
     assert out.startswith("no route"), out
-    assert ssh("ctl", f"python3 -c 'import urllib.request as u; print(u.urlopen(\"http://127.0.0.1:{PORT}"
-                      f"/api/nodes\").status)'").stdout.strip() == "200"
+    assert visit(f"GET {API}/ping", "GET /api/version") == {f"GET {API}/ping": "200", "GET /api/version": "200"}
 
 
 # ---- least privilege to Slurm --------------------------------------------------------------
 
-WRITE = r"""
-import http.client, json, socket, sys
-port = int(sys.argv[1]); job = sys.argv[2]
-for method, path in [("POST", f"/api/jobs/{job}"), ("DELETE", f"/api/jobs/{job}"), ("POST", "/api/jobs"),
-                     ("PUT", f"/api/nodes/node1"), ("DELETE", f"/slurm/v0.0.38/job/{job}")]:
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    c.request(method, path, body=json.dumps({"signal": "KILL"}), headers={"Content-Type": "application/json"})
-    print(method, path, c.getresponse().status)
-"""
-
 # the agent's own token, used from inside the agent container straight on slurmrestd's socket
 AGENT_DIRECT = r"""
-import http.client, os, socket, sys
+import http.client, socket, sys
 class U(http.client.HTTPConnection):
     def connect(self):
         self.sock = socket.socket(socket.AF_UNIX); self.sock.connect("/run/slurmrestd/slurmrestd.socket")
-tok = open(os.environ["TOKEN_FILE"]).read().strip()
+tok = [l.split("=", 1)[1] for l in open("/run/secrets/slurm-web/agent.ini").read().splitlines()
+       if l.startswith("jwt_token=")][0]
 c = U("localhost")
-c.request("DELETE", "/slurm/v0.0.38/job/" + sys.argv[1],
-          headers={"X-SLURM-USER-NAME": os.environ["TOKEN_USER"], "X-SLURM-USER-TOKEN": tok})
+c.request("DELETE", f"/slurm/{sys.argv[2]}/job/" + sys.argv[1],
+          headers={"X-SLURM-USER-NAME": "slurmweb", "X-SLURM-USER-TOKEN": tok})
 r = c.getresponse(); body = r.read().decode()
 print(r.status, "denied" if "denied" in body.lower() or "permission" in body.lower() else body[:300])
 """
@@ -258,10 +279,10 @@ def test_writes_are_refused_by_the_gateway_and_by_slurm_and_the_job_still_runs(w
     try:
         ssh("ctl", f"for i in $(seq 50); do squeue -h -j {job} -o %T | grep -q RUNNING && exit 0; sleep 0.2; done; "
                    "exit 1")
-        got = ssh("ctl", f"python3 - {PORT} {job} <<'PY'\n{WRITE}\nPY").stdout.split("\n")
-        for line in filter(None, got):
-            assert line.rsplit(" ", 1)[1] in ("403", "404", "405"), got
-        direct = ssh("ctl", f"podman exec -i slurm-web-agent python3 - {job} <<'PY'\n{AGENT_DIRECT}\nPY",
+        got = visit(f"DELETE {API}/job/{job}", f"POST {API}/job/{job}", f"POST {API}/jobs", f"DELETE {API}/jobs",
+                    f"PUT {API}/node/node1", f"POST {API}/cache/reset", f"DELETE /slurm/{RESTD_API}/job/{job}")
+        assert got and all(v in ("403", "404", "405") for v in got.values()), got
+        direct = ssh("ctl", f"podman exec -i slurm-web-agent python3 - {job} {RESTD_API} <<'PY'\n{AGENT_DIRECT}\nPY",
                      check=False)
         assert direct.returncode == 0 and " denied" in direct.stdout, direct.stdout + direct.stderr
         assert ssh("ctl", f"squeue -h -j {job} -o %T").stdout.strip() == "RUNNING"
@@ -281,7 +302,7 @@ out=$(podman run --rm --user 64210:64210 --cap-drop=all -v /root/single-file-sec
   --entrypoint python3 $img -c 'open("/etc/slurm-web/token").read()' 2>&1 | tail -n1)
 echo "single-file $out"
 rm -f /root/single-file-secret
-echo "layer-dir $(podman exec slurm-web-agent python3 -c 'import os; print(os.access(os.environ["TOKEN_FILE"], os.R_OK), os.getuid())')"
+echo "layer-dir $(podman exec slurm-web-agent python3 -c 'import os; print(os.access("/run/secrets/slurm-web/agent.ini", os.R_OK), os.getuid())')"
 """
 
 
@@ -294,21 +315,26 @@ def test_the_secret_is_a_read_only_directory_the_containers_uid_reads(web):
                         "slurm-web-agent").stdout.split()
     assert sorted(mounts) == ["/etc/gpu-fleet/web/agent:/run/secrets/slurm-web:false",
                               "/run/slurmrestd:/run/slurmrestd:false"], mounts
-    assert ssh("ctl", "stat -c '%a %u %g' /etc/gpu-fleet/web/agent " + TOKEN).stdout.split("\n")[:2] == \
-        ["750 0 64210", "440 0 64210"]
+    assert ssh("ctl", f"stat -c '%a %u %g' /etc/gpu-fleet/web/agent {AGENT_INI} /etc/gpu-fleet/web/agent/jwt.key "
+                      "/etc/gpu-fleet/web/gateway/jwt.key").stdout.split("\n")[:4] == \
+        ["750 0 64210", "440 0 64210", "440 0 64210", "440 0 64210"]
 
 
 def test_no_token_or_signing_key_in_the_state(web):
-    token = ssh("ctl", f"cat {TOKEN}").stdout.strip()
+    token = ssh("ctl", f"{TOKEN_OF} {AGENT_INI}").stdout.strip()
     key = ssh("ctl", "base64 -w0 /etc/slurm/jwt_hs256.key").stdout.strip()
+    web_key = ssh("ctl", "cat /etc/gpu-fleet/web/gateway/jwt.key").stdout.strip()
     state = web.run("stack", "export", "--stack", "lab").stdout
-    assert len(token) > 100 and token not in state and key not in state
-    assert "jwt_hs256" not in ssh("ctl", "cat /etc/systemd/system/slurm-web-*.service").stdout
+    assert len(token) > 100 and len(web_key) == 64
+    assert token not in state and key not in state and web_key not in state
+    assert "jwt_hs256" not in ssh("ctl", "cat /etc/systemd/system/slurm-web-*.service /etc/gpu-fleet/web/agent.ini.in "
+                                         "/etc/gpu-fleet/web/gateway/gateway.ini").stdout
 
 
 # ---- token lifetime -------------------------------------------------------------------------
 
-CLAIMS = f"cut -d. -f2 {TOKEN} | tr '_-' '/+' | base64 -d 2>/dev/null | tr -d '\\n'; echo; sha256sum {TOKEN}"
+CLAIMS = (f"{TOKEN_OF} {AGENT_INI} | cut -d. -f2 | tr '_-' '/+' | base64 -d 2>/dev/null | tr -d '\\n'; echo; "
+          f"{TOKEN_OF} {AGENT_INI} | sha256sum")
 
 
 def claims() -> tuple[int, str]:
@@ -321,42 +347,48 @@ import http.client, socket, sys
 class U(http.client.HTTPConnection):
     def connect(self):
         self.sock = socket.socket(socket.AF_UNIX); self.sock.connect("/run/slurmrestd/slurmrestd.socket")
+tok = [l.split("=", 1)[1] for l in open(sys.argv[1]).read().splitlines() if l.startswith("jwt_token=")][0]
 c = U("localhost")
-c.request("GET", "/slurm/v0.0.38/ping", headers={"X-SLURM-USER-NAME": "slurmweb",
-                                                 "X-SLURM-USER-TOKEN": open(sys.argv[1]).read().strip()})
+c.request("GET", f"/slurm/{sys.argv[2]}/ping", headers={"X-SLURM-USER-NAME": "slurmweb", "X-SLURM-USER-TOKEN": tok})
 r = c.getresponse()
 print(r.status, r.read()[:400].decode(errors="replace").replace("\n", " "))
 """
 
 
 def test_the_token_is_renewed_before_it_expires_and_an_expired_one_is_refused(web):
-    """Lifetime 60 s, renewed 50 s before it expires (every 10 s); an expired token (the layer's own
-    mint script, 2 s lifetime) is refused by Slurm, and in the agent's place it makes the view
-    fail closed until the next renewal."""
-    setc(web, "web.token_lifetime_s", "60")
-    setc(web, "web.renew_before_s", "50")
-    ping = lambda f: ssh("ctl", f"python3 - {f} <<'PY'\n{RESTD}\nPY").stdout.strip()  # noqa: E731
-    api = (f"python3 -c 'import urllib.request as u\ntry: print(u.urlopen(\"http://127.0.0.1:{PORT}/api/nodes\").status)"
-           "\nexcept Exception as e: print(e.code)'")
+    """Lifetime 90 s, renewed 60 s before it expires (every 30 s, restarting the agent and the
+    gateway); an expired token (the layer's own mint script, 2 s lifetime) is refused by Slurm,
+    and in the agent's settings it makes the view fail closed until the next renewal."""
+    setc(web, "web.token_lifetime_s", "90")
+    setc(web, "web.renew_before_s", "60")
+    ping = lambda f: ssh("ctl", f"python3 - {f} {RESTD_API} <<'PY'\n{RESTD}\nPY").stdout.strip()  # noqa: E731
+    nodes = lambda: visit(f"GET {API}/nodes")[f"GET {API}/nodes"]  # noqa: E731
+    mint = "/usr/local/libexec/gpu-fleet/web-token.sh"
     try:
         up(web)
         exp0, sha0 = claims()
-        assert 50 <= exp0 - int(time.time()) <= 62
-        deadline = time.monotonic() + 25
+        assert 80 <= exp0 - int(time.time()) <= 92
+        deadline = time.monotonic() + 45
         while time.monotonic() < deadline and claims()[1] == sha0:
             time.sleep(1)
         exp1, sha1 = claims()
-        assert sha1 != sha0 and exp1 > exp0, "the timer did not renew the token within 25 s"
-        assert ping(TOKEN).split()[0] == "200" and ssh("ctl", api).stdout.strip() == "200"
-        ssh("ctl", "/usr/local/libexec/gpu-fleet/web-token.sh slurmweb 2 /root/short/token 64210 && sleep 4")
-        old = ping("/root/short/token")
-        assert old.split()[0] in ("401", "500"), old  # Slurm 22.05's slurmrestd answers 500
-        ssh("ctl", f"install -m 0440 -o root -g 64210 /root/short/token {TOKEN}")
-        assert ssh("ctl", api).stdout.strip() == "502"
+        assert sha1 != sha0 and exp1 > exp0, "the timer did not renew the token within 45 s"
+        assert ping(AGENT_INI).split()[0] == "200"
+        assert wait_for(lambda: nodes() == "200", 60), nodes()
+        ssh("ctl", "systemctl stop gpu-fleet-web-token.timer")  # the expired token stays until we renew
+        ssh("ctl", f"mkdir -p /root/short && {mint} slurmweb 2 /etc/gpu-fleet/web/agent.ini.in "
+                   "/root/short/agent.ini 64210 /run/gpu-fleet-web.lock && sleep 4")
+        old = ping("/root/short/agent.ini")
+        assert old.split()[0] in ("401", "500"), old
+        ssh("ctl", f"install -m 0440 -o root -g 64210 /root/short/agent.ini {AGENT_INI} && "
+                   "systemctl restart slurm-web-agent.service slurm-web-gateway.service")
+        assert wait_for(lambda: nodes() not in ("200", "ConnectionRefusedError"), 60), nodes()
+        assert nodes() != "200"
         ssh("ctl", "systemctl start gpu-fleet-web-token.service")
-        assert ping(TOKEN).split()[0] == "200" and ssh("ctl", api).stdout.strip() == "200"
+        assert ping(AGENT_INI).split()[0] == "200"
+        assert wait_for(lambda: nodes() == "200", 60), nodes()
     finally:
-        ssh("ctl", "rm -rf /root/short", check=False)
+        ssh("ctl", "rm -rf /root/short; systemctl start gpu-fleet-web-token.timer", check=False)
         web.run("config", "rm", "--path", "gpu-fleet:web.token_lifetime_s", "--stack", "lab")
         web.run("config", "rm", "--path", "gpu-fleet:web.renew_before_s", "--stack", "lab")
 
@@ -418,13 +450,13 @@ def test_the_tailnet_exposure_is_its_own_change_with_a_baseline_and_a_rollback(w
         up(web)
         assert "open" in reach("node1", TAILNET_IP, PORT)
         assert "Connection refused" in reach("node1", CTL, PORT)
-        for port in (8081, 6820):  # the agent and slurmrestd: nothing on the tailnet either
+        for port in (5012, 6820):  # the agent and slurmrestd: nothing on the tailnet either
             assert "open" not in reach("node1", TAILNET_IP, port)
         page = ssh("node1", f"python3 -c 'import urllib.request as u; print(u.urlopen(\"http://{TAILNET_IP}:{PORT}/"
-                            "api/nodes\").status)'").stdout.strip()
+                            "api/version\").status)'").stdout.strip()
         assert page == "200"
         baseline = json.loads(ssh("ctl", f"cat {base}/baseline.json").stdout)
-        assert baseline["published"] == {"8080/tcp": [{"HostIp": "127.0.0.1", "HostPort": "8080"}]}, baseline
+        assert baseline["published"] == {"5011/tcp": [{"HostIp": "127.0.0.1", "HostPort": "8080"}]}, baseline
         assert ssh("ctl", f"stat -c %a {base}/baseline.json; test -e {base}/exposed && echo marker").stdout.split() \
             == ["444", "marker"]
         assert output(web, "web")["tailnet"]["states"][TAILNET_IP]["state"] == "open"
