@@ -4,9 +4,10 @@ tarball) as OCI archives, cached machine-wide.
 No Dockerfile and no container engine: each image is one layer made of
 - the files of a Debian package dependency closure from the lab's apt repository (`dpkg-deb -x`,
   from its Packages index, without the packages an image never runs: dpkg, debconf, ...), less
-  documentation: Python 3.11, and what would otherwise be compiled wheels (python3-ldap; for the
-  agent, RacksDB's PyGObject and pycairo: python3-gi, python3-gi-cairo, python3-cairo, Pango);
-- the component's pinned wheels (requirements-<component>.txt, hashes checked by pip) and Slurm-web
+  documentation: Python 3.11, and what would otherwise be compiled wheels (python3-ldap; RacksDB's
+  PyGObject and pycairo: python3-gi, python3-gi-cairo, python3-cairo, Pango);
+- Slurm-web's pinned wheels (requirements.txt, hashes checked by pip; both images hold both
+  components' dependencies: upstream's one `slurm-web` command imports them all) and Slurm-web
   itself from the tarball, installed with pip into /usr/local/lib/python3.11/dist-packages;
 - upstream's configuration definitions (conf/vendor: /usr/share/slurm-web/conf and templates),
   a `/usr/bin/slurm-web` launcher (what pip's console script would run), and for the gateway the
@@ -17,7 +18,7 @@ mtimes, gzip without a timestamp, no bytecode), so the same inputs give the same
 
 Cached under `<cache>/lab/web-images-<key>/` (`agent.oci.tar`, `gateway.oci.tar`, `build.json`)
 with a `.ok` marker. Each image has its own key (its packages' SHA-256s, the tarball's, its
-requirements, the frontend's for the gateway, and this file; in its label and its tag
+requirements, the frontend's for the gateway, and these files; in its label and its tag
 `6.0.0-<key>`), so a change to one image leaves the other's digest as it was.
 """
 
@@ -69,7 +70,8 @@ IMAGES = {
     },
     "gateway": {
         "repository": "gpu-fleet/slurm-web-gateway",
-        "roots": ["python3-minimal", "libpython3.11-stdlib", "python3-ldap"],
+        "roots": ["python3-minimal", "libpython3.11-stdlib", "python3-ldap", "python3-gi", "python3-gi-cairo",
+                  "python3-cairo", "gir1.2-pango-1.0"],
         "user": f"{AGENT_UID}:{AGENT_UID}",
         "port": 5011,
     },
@@ -158,7 +160,7 @@ def plan(repo_dir: Path, src: Path) -> dict:
         images[comp] = [(n, index[n]["Version"], index[n]["SHA256"], index[n]["Filename"]) for n in names]
         ui = sources.frontend_key(src / "frontend") if comp == "gateway" else None
         keys[comp] = sha16("web-image-v2", lab_repo.arch(), sources.TARBALL_SHA256, comp, images[comp],
-                           sources.requirements_hash(comp), ui, this)
+                           sources.requirements_hash(), ui, this)
     return {"key": sha16("web-images-v3", keys), "keys": keys, "packages": images}
 
 
@@ -171,7 +173,7 @@ def _python_tree(comp: str, src: Path, root: Path) -> None:
     target = root / SITE
     pip = [str(ROOT / ".venv/bin/pip"), "install", "-q", "--no-deps", "--no-index", "--no-compile",
            "--no-warn-script-location", "--target", str(target)]
-    wheels = sources.wheels(comp)
+    wheels = sources.wheels()
     run([*pip, *map(str, wheels)], timeout=600)
     with tempfile.TemporaryDirectory(dir=root.parent) as td:  # the build writes into its tree
         tree = Path(td) / "slurm-web"

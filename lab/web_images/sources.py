@@ -28,7 +28,8 @@ TARBALL_SHA256 = "6869b8341774f4fc9138084a19bdc2111c93f2166fd75dae27e9914e04032c
 #: where the project's vendored sources are: beside the checkout, or where the variable says
 VENDOR_DIRS = [Path(os.environ["GPU_FLEET_VENDOR_DIR"])] if os.environ.get("GPU_FLEET_VENDOR_DIR") else []
 VENDOR_DIRS.append(ROOT.parent / "shared" / "vendor")
-REQUIREMENTS = {"agent": HERE / "requirements-agent.txt", "gateway": HERE / "requirements-gateway.txt"}
+#: both components': the `slurm-web` command imports the agent's and the gateway's modules
+REQUIREMENTS = HERE / "requirements.txt"
 #: the images' Python (Debian 12's python3): the wheels must fit it
 WHEEL_TARGET = ["--python-version", "3.11", "--implementation", "cp", "--abi", "cp311", "--abi", "none",
                 "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux2014_x86_64",
@@ -87,15 +88,15 @@ def source_tree() -> Path:
     return out / "tree" / (out / ".ok").read_text().strip()
 
 
-def requirements_hash(component: str) -> str:
-    return hashlib.sha256(REQUIREMENTS[component].read_bytes()).hexdigest()
+def requirements_hash() -> str:
+    return hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
 
 
-def wheels(component: str) -> list[Path]:
-    """The component's pinned wheels, downloaded once into the machine-wide wheel cache (pip
-    checks every file against the requirements' hashes)."""
-    req = REQUIREMENTS[component]
-    into = cache_dir() / "slurm-web-wheels" / sha16("wheels-v1", requirements_hash(component))
+def wheels() -> list[Path]:
+    """The pinned wheels, downloaded once into the machine-wide wheel cache (pip checks every
+    file against the requirements' hashes)."""
+    req = REQUIREMENTS
+    into = cache_dir() / "slurm-web-wheels" / sha16("wheels-v1", requirements_hash())
     ok = into / ".ok"
     if not ok.exists():
         with flock(cache_dir() / ".slurm-web-wheels.lock", "Slurm-web wheels"):
@@ -105,8 +106,8 @@ def wheels(component: str) -> list[Path]:
                 t0 = time.monotonic()
                 run([str(ROOT / ".venv/bin/pip"), "download", "-q", "--no-deps", "--only-binary=:all:",
                      "--require-hashes", *WHEEL_TARGET, "-d", str(into), "-r", str(req)], timeout=900)
-                ok.write_text(requirements_hash(component) + "\n")
-                log(f"  downloaded the {component}'s {len(list(into.glob('*.whl')))} pinned wheels "
+                ok.write_text(requirements_hash() + "\n")
+                log(f"  downloaded Slurm-web's {len(list(into.glob('*.whl')))} pinned wheels "
                     f"in {time.monotonic() - t0:.1f} s")
     return sorted(into.glob("*.whl"))
 

@@ -117,13 +117,12 @@ def test_agent_image_trap_owner_and_config(images):
         assert {f"usr/share/slurm-web/conf/{comp}.yml", "usr/share/slurm-web/conf/policy.yml",
                 "usr/share/slurm-web/templates/message.html.j2", "usr/bin/slurm-web"} <= set(members)
         assert not [n for n in members if n.endswith(".pyc") or "/direct_url.json" in n]
-        if comp == "agent":
-            assert f"{site}/racksdb/__init__.py" in members
-            assert "usr/lib/python3/dist-packages/gi/__init__.py" in members  # Debian's, not a wheel
-        else:
-            assert "usr/share/slurm-web/frontend/index.html" in members
-            assert any(n.startswith("usr/share/slurm-web/frontend/assets/index-") for n in members)
-            assert f"{site}/racksdb" not in members
+        # the slurm-web command imports both components' modules: RacksDB and markdown in both
+        assert {f"{site}/racksdb/__init__.py", f"{site}/markdown/__init__.py"} <= set(members)
+        assert "usr/lib/python3/dist-packages/gi/__init__.py" in members  # Debian's, not a wheel
+        ui = "usr/share/slurm-web/frontend/index.html"
+        assert (ui in members) == (comp == "gateway")
+        assert any(n.startswith("usr/share/slurm-web/frontend/assets/index-") for n in members) == (comp == "gateway")
         others = [n for n, m in members.items() if (m.uid, m.gid) != (0, 0) and not n.startswith("etc/slurm-web")]
         assert others == [], f"{comp}: files not owned by root: {others[:5]}"
 

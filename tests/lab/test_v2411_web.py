@@ -70,7 +70,12 @@ import http.client, json, sys
 port = int(sys.argv[1])
 def req(method, path, token=None):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    c.request(method, path, headers={"Authorization": f"Bearer {token}"} if token else {})
+    # a write carries a JSON body, as the UI sends it (without one Flask answers 415 first)
+    body = None if method == "GET" else "{}"
+    headers = {"Content-Type": "application/json"} if body else {}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    c.request(method, path, body=body, headers=headers)
     r = c.getresponse()
     return r.status, r.read()
 status, body = req("GET", "/api/anonymous")
