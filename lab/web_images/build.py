@@ -297,6 +297,7 @@ def oci_archive(comp: str, root: Path, dest: Path, key: str) -> dict:
         config = {
             "created": CREATED, "architecture": "amd64", "os": "linux",
             "config": {"User": spec["user"], "Env": PY_ENV, "Entrypoint": entrypoint(comp), "Cmd": default_cmd(comp),
+                       "StopSignal": "SIGINT",
                        "WorkingDir": "/", "ExposedPorts": {f"{spec['port']}/tcp": {}}, "Labels": labels},
             "rootfs": {"type": "layers", "diff_ids": [diff_id]},
             "history": [{"created": CREATED, "created_by": "lab/web_images/build.py"}],

@@ -34,7 +34,7 @@ UID = "64210:64210"
 ARTIFACTS = Path(os.environ.get("GPU_FLEET_ARTIFACTS", ROOT / ".state" / "artifacts")) / "web"
 AGENT_INI = "/etc/gpu-fleet/web/agent/agent.ini"
 CONTAINERS = {"agent": "slurm-web-agent", "gateway": "slurm-web-gateway"}
-CLUSTER = "gpu-fleet"
+CLUSTER = "lab"  # the lab stack's slurm.cluster_name
 API = f"/api/agents/{CLUSTER}"
 RESTD_API = "v0.0.41"
 #: the token in the agent's settings, from a file of that shape ($1)

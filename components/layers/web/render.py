@@ -147,7 +147,10 @@ def podman_run_argv(spec: dict[str, Any]) -> list[str]:
     lim = spec["limits"]
     argv = ["/usr/bin/podman", "run", "--cidfile=%t/%n.ctr-id", "--cgroups=no-conmon", "--rm",
             "--sdnotify=conmon", "--replace", "-d", f"--name={spec['name']}",
-            f"--user={spec['user']}", "--read-only", "--read-only-tmpfs=false"]
+            f"--user={spec['user']}", "--read-only", "--read-only-tmpfs=false",
+            # Slurm-web runs as the container's PID 1, for which the kernel ignores an unhandled
+            # SIGTERM; on SIGINT its server stops at once and exits 0
+            "--stop-signal=SIGINT"]
     argv += [f"--tmpfs={t}:rw,nosuid,nodev,noexec,size=16m,mode=1777" for t in spec["tmpfs"]]
     argv += [f"--cap-drop={c}" for c in spec["cap_drop"]]
     argv += [f"--cap-add={c}" for c in spec["cap_add"]]

@@ -9,7 +9,7 @@
 set -uo pipefail
 port=$1 tailnet=${2:-} cluster=$3
 PORT=$port TAILNET=$tailnet CLUSTER=$cluster python3 - <<'PY'
-import http.client, json, os, re, socket, subprocess
+import http.client, json, os, re, socket, subprocess, time
 port, cluster = int(os.environ["PORT"]), os.environ["CLUSTER"]
 def req(method, path, token=None):
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
@@ -31,8 +31,13 @@ def body_json(data, default):
         return json.loads(data)
     except ValueError:
         return default
+# the unit is started once its container runs; Slurm-web's server answers a few seconds later
+for _ in range(60):
+    status, index = req("GET", "/")
+    if isinstance(status, int):
+        break
+    time.sleep(1)
 print("== page")
-status, index = req("GET", "/")
 print("index", status)
 m = re.search(r'src="([^"]*/assets/index-[^"]+\.js)"', index.decode(errors="replace"))
 print("app", 'id="app"' in index.decode(errors="replace"))
