@@ -58,12 +58,12 @@ calls += [("POST", f"/api/agents/{cluster}/cache/reset"), ("POST", f"/api/agents
 body = {}
 for m, p in calls:
     status, data = req(m, p, token)
-    body[p] = data
+    body[(m, p)] = data
     print(m, p, status)
 print("== clusters")
-print(json.dumps(body_json(body["/api/clusters"], [])))
+print(json.dumps(body_json(body[("GET", "/api/clusters")], [])))
 print("== nodes")
-print(json.dumps(body_json(body[f"/api/agents/{cluster}/nodes"], [])))
+print(json.dumps(body_json(body[("GET", f"/api/agents/{cluster}/nodes")], [])))
 print("== lan")
 addrs = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout.split("\n")
 for line in addrs:
