@@ -19,7 +19,7 @@ from ...errors import FleetError
 from ...providers.base import HostProvider
 from ...providers.parts import Props
 from ...transport import Connection
-from .remote import LIFECYCLE, READBACK, connect as _c, bash
+from .remote import LIFECYCLE, READBACK, WAIT, connect as _c, bash
 from .runtime import judge, parse_readback
 
 
@@ -159,6 +159,11 @@ class WebContainerProvider(WebProvider):
         conn = _c(props["conn"])
         conn.run(bash(LIFECYCLE, "apply", props["unit"], props["name"], props["timer"], props["health"], props["lock"]),
                  mutating=True, stdin=props["unit_content"].encode(), timeout=300)
+        # running is not serving: Slurm-web answers a few seconds after its container starts
+        r = conn.run(bash(WAIT, props["name"], props["ready"], "90"), mutating=False, check=False, timeout=120)
+        if r.rc != 0:
+            why = r.stderr.strip() or r.stdout.strip()
+            raise FleetError(f"web:Container {props['name']}: host {conn.t.name}: {why}")
         obs = self._readback(conn, props)
         problems = judge(props, obs)
         if problems:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from ...scripts import script, script_path
 from ...kit import bash, connect
 
-__all__ = ["CHECK", "HEALTH_SH", "LIFECYCLE", "READBACK", "TAILNET", "TOKEN_PROBE", "TOKEN_SH", "WAIT_SH", "WEB_KEY",
-           "bash", "connect"]
+__all__ = ["CHECK", "HEALTH_SH", "LIFECYCLE", "READBACK", "TAILNET", "TOKEN_PROBE", "TOKEN_SH", "WAIT", "WAIT_SH",
+           "WEB_KEY", "bash", "connect"]
 
 LIFECYCLE = script(__file__, "lifecycle.sh")
 READBACK = script(__file__, "readback.sh")
@@ -14,6 +14,7 @@ CHECK = script(__file__, "check.sh")
 TOKEN_PROBE = script(__file__, "token_probe.sh")
 TAILNET = script(__file__, "tailnet.sh")
 WEB_KEY = script(__file__, "web_key.sh")
+WAIT = script(__file__, "wait.sh")
 #: run by the controller's own units (installed whole, header included, and run by their #!)
 TOKEN_SH = script_path(__file__, "token.sh").read_text(encoding="utf-8")
 HEALTH_SH = script_path(__file__, "health.sh").read_text(encoding="utf-8")

@@ -121,6 +121,7 @@ def container_specs(w: WebLayer, restd_socket_dir: str, jwt_key: str,
                    {"source": restd_socket_dir, "target": restd_socket_dir, "ro": True, "kind": "socket"}],
         "networks": [INTERNAL_NET], "publish": [], "env": {},
         "args": ["--conf", f"{SECRET_TARGET}/{INI[AGENT]}"], "config_sha": config_sha[AGENT],
+        "ready": f"http://127.0.0.1:{AGENT_PORT}/version",
         "after": ["slurmrestd.service"],
     }
     gateway = {
@@ -133,6 +134,7 @@ def container_specs(w: WebLayer, restd_socket_dir: str, jwt_key: str,
         "publish": [{"address": a, "host_port": w.port, "container_port": GATEWAY_PORT}
                     for a in ["127.0.0.1", *([w.tailnet.address] if w.tailnet else [])]],
         "env": {}, "args": ["--conf", f"{SECRET_TARGET}/{INI[GATEWAY]}"], "config_sha": config_sha[GATEWAY],
+        "ready": f"http://127.0.0.1:{GATEWAY_PORT}/api/version",
         "after": [unit_name(AGENT)], "wait_for": [NAMES[AGENT], f"http://127.0.0.1:{AGENT_PORT}/version", "60"],
     }
     return {AGENT: agent, GATEWAY: gateway}

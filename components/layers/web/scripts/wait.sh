@@ -1,8 +1,8 @@
 #!/bin/bash
-# Installed on the controller; the gateway's unit runs it before starting: waits until the
-# agent in container $1 answers $2 (from inside it: the agent has no port on the host), at most
-# $3 seconds. Slurm-web's gateway keeps what it learnt of its agents for 300 s, a failure too, so
-# it must not ask before the agent serves.
+# Waits until Slurm-web in container $1 answers $2 (asked from inside it: the agent has no port
+# on the host), at most $3 seconds. Installed on the controller, the gateway's unit runs it for the
+# agent before starting (Slurm-web's gateway keeps what it learnt of its agents for 300 s, a failure
+# too); the layer runs it after (re)starting either container (running is not yet serving).
 set -uo pipefail
 name=$1 url=$2 limit=$3
 for _ in $(seq "$limit"); do
@@ -12,5 +12,5 @@ for _ in $(seq "$limit"); do
   fi
   sleep 1
 done
-echo "the Slurm-web agent ($name) did not answer $url within ${limit}s" >&2
+echo "Slurm-web in $name did not answer $url within ${limit}s" >&2
 exit 1
