@@ -218,7 +218,7 @@ def render_token_unit(w: WebLayer) -> str:
         "# gpu-fleet web layer: mints the agent's slurmrestd token (a low-privilege Slurm user) into\n"
         "# its agent.ini and restarts a running agent, which reads it only when it starts\n"
         "[Unit]\nDescription=gpu-fleet web: renew the Slurm-web agent's token\n"
-        "After=slurmctld.service\n\n[Service]\nType=oneshot\n"
+        "After=slurmctld.service\nStartLimitIntervalSec=0\n\n[Service]\nType=oneshot\n"
         f"ExecStart={TOKEN_SCRIPT} {w.token_user} {w.token_lifetime_s} {AGENT_TEMPLATE} "
         f"{secret_dir(AGENT)}/{INI[AGENT]} {w.gid} {LOCK} {unit_name(AGENT)} {unit_name(GATEWAY)}\n"
     )
@@ -237,7 +237,10 @@ def render_health_unit() -> str:
     units = " ".join(f"{unit_name(c)}={NAMES[c]}" for c in COMPONENTS)
     return (
         "# gpu-fleet web layer: restarts a web unit whose container is gone (takes the layer's lock)\n"
-        "[Unit]\nDescription=gpu-fleet web: watchdog of the Slurm-web containers\n\n"
+        # a watchdog must never hit systemd's start limit: a unit that did, stays failed and
+        # its timer no longer starts it (a reapply's pause and a fast timer start it often)
+        "[Unit]\nDescription=gpu-fleet web: watchdog of the Slurm-web containers\n"
+        "StartLimitIntervalSec=0\n\n"
         f"[Service]\nType=oneshot\nExecStart={HEALTH_SCRIPT} {LOCK} {units}\n"
     )
 

@@ -5,7 +5,9 @@
 # too); the layer runs it after (re)starting either container (running is not yet serving).
 set -uo pipefail
 name=$1 url=$2 limit=$3
-for _ in $(seq "$limit"); do
+# by the clock, not by tries: a podman exec into a container still starting takes a second or more
+end=$((SECONDS + limit))
+while [ "$SECONDS" -lt "$end" ]; do
   if podman exec "$name" python3 -I -c 'import sys, urllib.request as u; u.urlopen(sys.argv[1], timeout=2)' "$url" \
       >/dev/null 2>&1; then
     exit 0
