@@ -128,6 +128,7 @@ def test_a_node_that_cannot_reach_slurmdbd_stops_the_rollout(accounted):
     # node2 has no route to the controller (a broken route on the node, not on the controller)
     ssh("node2", f"ip route add unreachable {CTL}/32")
     ctld = ssh("ctl", "systemctl show -p MainPID --value slurmctld").stdout.strip()
+    dbd = ssh("ctl", "systemctl show -p MainPID --value slurmdbd").stdout.strip()
     try:
         proj.run("config", "set", "--path", "gpu-fleet:accounting.dbd_clients[0]", "192.0.2.0/24",
                  "--stack", "lab")
@@ -137,9 +138,11 @@ def test_a_node_that_cannot_reach_slurmdbd_stops_the_rollout(accounted):
     assert p.returncode != 0
     assert f"node2 cannot reach slurmdbd at {CTL}:6819 (" in p.stdout, p.stdout[-3000:]
     assert "node1 cannot" not in p.stdout and "node3 cannot" not in p.stdout
-    # the new rule set is in the kernel (192.0.2.0/24 admitted), slurmctld was left alone
+    # the new rule set is in the kernel (192.0.2.0/24 admitted), slurmctld was left alone and
+    # slurmdbd too: the ruleset is reloaded, not restarted (a restart propagates to slurmdbd)
     assert "192.0.2.0/24" in ssh("ctl", "nft list table inet gpu_fleet_slurmdbd").stdout
     assert ssh("ctl", "systemctl show -p MainPID --value slurmctld").stdout.strip() == ctld
+    assert ssh("ctl", "systemctl show -p MainPID --value slurmdbd").stdout.strip() == dbd
     proj.run("config", "rm", "--path", "gpu-fleet:accounting.dbd_clients", "--stack", "lab")
     proj.run("up", "--yes", "--stack", "lab", timeout=900)
     assert "192.0.2.0/24" not in ssh("ctl", "nft list table inet gpu_fleet_slurmdbd").stdout

@@ -291,6 +291,7 @@ class Accounting(pulumi.ComponentResource):
         rules_file = File("dbd-firewall-rules", conn=conn, path=fw.RULES_PATH, content=rules,
                           validate=["nft", "-c", "-f", "{}"], opts=after(*prev))
         unit = SystemdUnit("dbd-firewall", conn=conn, unit=fw.UNIT, content=fw.render_unit(),
-                           triggers={"rules": sha256(rules, 16)}, opts=after(rules_file))
-        return CommandWithVerify("dbd-firewall-loaded", conn=conn, create=["systemctl", "restart", fw.UNIT],
-                                 verify=fw.VERIFY_LOADED, opts=after(unit))
+                           opts=after(rules_file))
+        return CommandWithVerify("dbd-firewall-loaded", conn=conn, create=fw.LOAD,
+                                 verify=fw.VERIFY_LOADED, triggers={"rules": sha256(rules, 16)},
+                                 opts=after(unit))

@@ -11,7 +11,10 @@ them), and a ruleset can be read back from the kernel.
 Verified from both sides on every rollout of the layer (`DbdReachability`):
 every node connects to slurmdbd, and every stack host outside the allowed
 sources is refused. Refresh compares the loaded table with what the unit loaded,
-so a flushed or edited table is noticed and reloaded by the next `up`.
+so a flushed or edited table is noticed and reloaded by the next `up`. A new
+ruleset is loaded by `systemctl reload` (one atomic `nft -f`): a restart of the
+unit would restart slurmdbd too (`Requires=` propagates restarts) and leave the
+verification racing slurmdbd's start, which the reachability check also waits out.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from ...providers.base import RolloutCheck
 from ...providers.parts import Props, target_of
 from ..slurm.render import HEADER
 from .config import AccountingLayer
-from ...transport import FanOutError, SshTarget, fan_out
+from ...transport import FanOutError, SshTarget, connection, fan_out
 
 DBD_PORT = 6819
 TABLE = "gpu_fleet_slurmdbd"
@@ -92,6 +95,9 @@ def render_unit() -> str:
         "RemainAfterExit=yes\n"
         f"ExecStart=/usr/sbin/nft -f {RULES_PATH}\n"
         f"ExecStartPost=/bin/sh -c '{_LIST} | sha256sum > {LOADED_SHA}'\n"
+        # a new ruleset replaces the table in one transaction; slurmdbd keeps running
+        f"ExecReload=/usr/sbin/nft -f {RULES_PATH}\n"
+        f"ExecReload=/bin/sh -c '{_LIST} | sha256sum > {LOADED_SHA}'\n"
         f"ExecStop=/usr/sbin/nft delete table inet {TABLE}\n"
         f"ExecStopPost=/bin/rm -f {LOADED_SHA}\n\n"
         "[Install]\nWantedBy=multi-user.target\n")
@@ -102,6 +108,12 @@ DBD_DROPIN = f"[Unit]\nRequires={UNIT}\nAfter={UNIT}\n"
 
 #: read-only: exit 0 when the live table is the one the unit loaded
 VERIFY_LOADED = ["sh", "-c", f"{_LIST} 2>/dev/null | sha256sum | cmp -s - {LOADED_SHA}"]
+#: loads the rules file: a reload when the unit runs (slurmdbd untouched), else a start
+LOAD = ["systemctl", "reload-or-restart", UNIT]
+
+# $1 port, $2 seconds: wait for a listener on the port (slurmdbd may be starting).
+_LISTENING = ('for i in $(seq "$2"); do ss -Hltn "sport = :$1" | grep -q . && exit 0; sleep 1; done; '
+              'echo "nothing listens on port $1 after $2 s"; exit 1')
 
 # $1 address, $2 port: one TCP connect from this host, 5 s at most.
 _CONNECT = 'timeout 5 bash -c \'exec 3<>"/dev/tcp/$1/$2"\' _ "$1" "$2" 2>&1; echo "rc $?"'
@@ -139,6 +151,12 @@ class DbdReachabilityProvider(RolloutCheck):
 
     def run(self, props: Props) -> dict:
         address, port = props["address"], int(props["port"])
+        ctl = connection(target_of(props))
+        ctl.connect()
+        up = ctl.run(["sh", "-c", _LISTENING, "sh", str(port), "60"], mutating=False, check=False)
+        if up.rc != 0:
+            raise FleetError(f"host {ctl.t.name}: slurmdbd access verification failed: "
+                             f"{(up.stdout + up.stderr).strip()}")
         targets = {t.name: t for t in (SshTarget.from_dict(c) for c in props["clients"] + props["outsiders"])}
         try:
             said = fan_out(targets.values(), lambda c: connect_from(c, address, port),
