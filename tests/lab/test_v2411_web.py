@@ -153,42 +153,71 @@ def chromium(*args: str) -> subprocess.CompletedProcess:
                            "--virtual-time-budget=15000", *args], capture_output=True, text=True, timeout=180)
 
 
-def test_the_page_lists_every_node_in_chromium_through_an_ssh_tunnel(web, tmp_path):
-    """Slurm-web's own frontend: the UI takes the anonymous token, finds the cluster through the
-    gateway and its agent, and renders the nodes slurmrestd reports on its resources page."""
+def rows_with(html: str, cell: str) -> list[str]:
+    """The table rows (`<tr>...</tr>`) of the rendered DOM that hold `cell` as a cell's whole text."""
+    return [r for r in re.findall(r"<tr\b.*?</tr>", html, re.S) if re.search(rf">\s*{re.escape(cell)}\s*<", r)]
+
+
+def test_the_page_shows_every_node_a_running_job_and_the_partitions_in_chromium(web, tmp_path):
+    """Slurm-web's own frontend through an SSH tunnel, as an admin opens it: the UI takes the
+    anonymous token, finds the cluster through the gateway and its agent, renders on its resources
+    page every node slurmrestd reports and their partition, and on its jobs page a running job."""
     from components.transport import SshTarget
     from components.transport.ssh import ssh_argv
 
     local = web.local_port
+    partition = ssh("ctl", "sinfo -h -o %R | head -1").stdout.strip()
+    job = ssh("ctl", as_user(f"sbatch --parsable -p {partition} -t 10 --wrap 'sleep 600'")).stdout.strip().split(";")[0]
     argv = ssh_argv(SshTarget.from_dict(lab_conn("ctl")))
     tunnel = subprocess.Popen([*argv[:-1], "-N", "-o", "ExitOnForwardFailure=yes", "-o", "ControlPath=none",
                                "-L", f"127.0.0.1:{local}:127.0.0.1:{PORT}", argv[-1]],
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
+        ssh("ctl", f"for i in $(seq 50); do squeue -h -j {job} -o %T | grep -q RUNNING && exit 0; sleep 0.2; done; "
+                   "exit 1")
         for _ in range(50):
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", local)) == 0:
                     break
             time.sleep(0.2)
         # as a visitor comes: the front page (the anonymous token, the cluster list, both kept in
-        # the browser's local storage), then the cluster's resources page
+        # the browser's local storage), then the cluster's resources and jobs pages
         profile = f"--user-data-dir={tmp_path / 'chromium'}"
         first = chromium(profile, "--dump-dom", f"http://127.0.0.1:{local}/")
         url = f"http://127.0.0.1:{local}/{CLUSTER}/resources"
         dom = chromium(profile, "--dump-dom", url)
+        jobs = chromium(profile, "--dump-dom", f"http://127.0.0.1:{local}/{CLUSTER}/jobs")
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         shot = ARTIFACTS / "page.png"
         chromium(profile, "--window-size=1400,1000", f"--screenshot={shot}", url)
+        chromium(profile, "--window-size=1400,1000", f"--screenshot={ARTIFACTS / 'jobs.png'}",
+                 f"http://127.0.0.1:{local}/{CLUSTER}/jobs")
     finally:
         tunnel.terminate()
         tunnel.wait(10)
+        ssh("ctl", f"scancel {job}", check=False)
     html = dom.stdout
     assert 'id="app"' in html, html[-2000:] + dom.stderr[-2000:]
     assert "Cluster not found" not in html, first.stdout[-3000:]
     missing = [n for n in NODES if not re.search(rf">\s*{n}\s*<", html)]
     assert not missing, f"nodes {missing} not rendered:\n" + html[-4000:]
+    # the page folds nodes alike into one row (node[2-3], each listed in its hidden detail row):
+    # the partition badge is in the visible rows
+    badges = re.findall(rf'<span[^>]*bg-gray-500[^>]*>\s*{partition}\s*</span>', html)
+    assert badges, f"no node rendered in partition {partition}:\n" + html[-4000:]
+    [row] = rows_with(jobs.stdout, job) or [""]
+    assert "RUNNING" in row and re.search(rf">\s*{partition}\s*<", row), \
+        f"job {job} not rendered RUNNING in {partition}:\n" + (row or jobs.stdout[-4000:])
     assert shot.stat().st_size > 10_000
-    print(f"\nscreenshot: {shot}; first up with the web layer: {web.first_up_s:.1f} s")
+    print(f"\nscreenshots: {shot}, {ARTIFACTS / 'jobs.png'}; first up with the web layer: {web.first_up_s:.1f} s")
+
+
+def test_the_agent_discovered_slurmrestd_s_api_and_the_stack_output_records_it(web):
+    versions = output(web, "web")["check"]["versions"]
+    assert versions["slurm"] == "24.11.5" and versions["api"] in ("0.0.41", "0.0.42", "0.0.43", "0.0.44"), versions
+    journal = ssh("ctl", "journalctl -u slurm-web-agent.service --no-pager -o cat | grep 'Discovered slurmrestd'",
+                  check=False).stdout
+    assert f"API version: {versions['api']}" in journal, journal[-2000:]
 
 
 def test_anonymous_sees_every_view_and_may_do_nothing_else(web):
@@ -420,11 +449,11 @@ def test_the_token_is_renewed_before_it_expires_and_an_expired_one_is_refused(we
         old = ping("/root/short/agent.ini")
         assert not served(old), old
         # Slurm-web's agent refuses to start on an expired token ("Configuration error: Invalid
-        # slurmrestd JWT: Token is expired"), so the gateway, which waits for its agent, does not
-        # start either: no view at all until the next renewal
+        # slurmrestd JWT: Token is expired"): the gateway answers no view until the next renewal
+        # restarts both (a gateway restarted meanwhile would wait for its agent, 60 s, and fail)
         since = ssh("ctl", "date '+%Y-%m-%d %H:%M:%S'").stdout.strip()
         ssh("ctl", f"install -m 0440 -o root -g 64210 /root/short/agent.ini {AGENT_INI} && "
-                   "systemctl restart slurm-web-agent.service slurm-web-gateway.service", check=False)
+                   "systemctl restart slurm-web-agent.service", check=False)
         agent_log = lambda: ssh("ctl", f"journalctl -u slurm-web-agent.service --since '{since}' "  # noqa: E731
                                        "--no-pager -o cat").stdout
         assert wait_for(lambda: "Token is expired" in agent_log(), 60), agent_log()[-2000:]

@@ -1,8 +1,9 @@
 """Slurm-web verified as a visitor sees it, on the controller (check.sh): the UI's page and the
 script it loads, the API address it is given, the anonymous token, every viewing action the stack
 grants answering and every other refused (403), write methods refused, every Slurm node listed,
-the port closed on the host's other addresses, and no TCP listener on the host belonging to the
-agent or slurmrestd. It runs on every rollout of the containers (not on refresh).
+the port closed on the host's other addresses, no TCP listener on the host belonging to the
+agent or slurmrestd, and the slurmrestd API the agent discovered (recorded in the stack output).
+It runs on every rollout of the containers (not on refresh).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ...errors import FleetError
 from ...providers.base import RolloutCheck
 from ...providers.parts import Props
 from ...scripts import sections
+from .config import RESTD_APIS
 from .remote import CHECK, connect as _c, bash
 
 #: each agent view the gateway relays -> the action Slurm-web's policy names for it
@@ -54,12 +56,17 @@ def parse_check(stdout: str) -> dict[str, Any]:
         except ValueError:
             return []
         return v if isinstance(v, list) else []
+    try:
+        versions = json.loads(sec.get("versions") or "{}")
+    except ValueError:
+        versions = {}
     lan = dict(line.split(None, 1) for line in (sec.get("lan") or "").splitlines() if " " in line)
     listen = [line.split(None, 1) for line in (sec.get("listen") or "").splitlines() if line.strip()]
     return {"page": page, "api_server": (sec.get("config") or "").strip(), "http": http,
             "clusters": [c.get("name") for c in doc("clusters") if isinstance(c, dict)],
             "nodes": [{"name": n.get("name"), "state": n.get("state")} for n in doc("nodes") if isinstance(n, dict)],
-            "lan": lan, "listen": [[a, p[0] if p else ""] for a, *p in listen]}
+            "versions": versions if isinstance(versions, dict) else {}, "lan": lan,
+            "listen": [[a, p[0] if p else ""] for a, *p in listen]}
 
 
 def check_problems(seen: dict[str, Any], *, port: int, cluster: str, url: str, actions: list[str],
@@ -78,6 +85,10 @@ def check_problems(seen: dict[str, Any], *, port: int, cluster: str, url: str, a
     if cluster not in seen["clusters"]:
         p.append(f"the gateway lists clusters {seen['clusters']}, not {cluster} (its agent unreachable?)")
     agents = f"/api/agents/{cluster}"
+    api = seen["versions"].get("api")
+    if http.get(f"GET {agents}/ping") != "200" or api not in RESTD_APIS:
+        p.append(f"GET {agents}/ping answered {http.get(f'GET {agents}/ping')}, slurmrestd API {api!r}: "
+                 f"the agent must have discovered one of {', '.join(RESTD_APIS)}")
     for view, action in VIEWS.items():
         got, want = http.get(f"GET {agents}/{view}"), "200" if action in actions else "403"
         if got != want:
@@ -118,7 +129,7 @@ class WebCheckProvider(RolloutCheck):
             raise FleetError(f"web:Check: host {conn.t.name}: the web view failed its check:\n  - "
                              + "\n  - ".join(bad))
         return {"seen": {"http": seen["http"], "nodes": seen["nodes"], "clusters": seen["clusters"],
-                         "api_server": seen["api_server"], "lan": seen["lan"]}}
+                         "api_server": seen["api_server"], "versions": seen["versions"], "lan": seen["lan"]}}
 
 
 class WebCheck(Resource, module="web", name="Check"):

@@ -53,6 +53,7 @@ ViewAction = Literal["view-stats", "view-jobs", "view-nodes", "view-partitions",
 VIEW_ACTIONS: tuple[ViewAction, ...] = get_args(ViewAction)
 #: Slurm-web 6.0.0 speaks slurmrestd's API 0.0.41 to 0.0.44: Slurm 24.05 and later serve them
 MIN_SLURM = (24, 5)
+RESTD_APIS = ("0.0.41", "0.0.42", "0.0.43", "0.0.44")
 SLURM_WEB = "6.0.0"
 
 

@@ -274,6 +274,7 @@ http://127.0.0.1:8080
 GET /api/anonymous 200
 GET /api/version 200
 GET /api/clusters 200
+GET /api/agents/gpu-fleet/ping 200
 GET /api/agents/gpu-fleet/stats 200
 GET /api/agents/gpu-fleet/jobs 200
 GET /api/agents/gpu-fleet/nodes 200
@@ -293,6 +294,8 @@ GET /api/users 501
 [{"name": "gpu-fleet", "permissions": {"roles": ["anonymous"], "actions": ["view-jobs"]}}]
 == nodes
 [{"name": "gpu01", "state": ["IDLE"], "gres": "gpu:v100:8"}]
+== versions
+{"slurm": "24.11.5", "api": "0.0.41"}
 == lan
 10.213.57.11 ConnectionRefusedError
 == listen
@@ -309,6 +312,7 @@ def judged(text: str, actions=VIEWS, tailnet=None, url="http://127.0.0.1:8080") 
 
 def test_the_check_passes_a_read_only_loopback_view():
     assert judged(CHECK_OK) == []
+    assert parse_check(CHECK_OK)["versions"] == {"slurm": "24.11.5", "api": "0.0.41"}
 
 
 @pytest.mark.parametrize("old, new, needle", [
@@ -326,6 +330,9 @@ def test_the_check_passes_a_read_only_loopback_view():
     ("127.0.0.1:8080 users", "0.0.0.0:8080 users", "port 8080 is bound on 0.0.0.0:8080"),
     ('127.0.0.1:3306 users:(("mariadbd"', '10.0.0.1:6820 users:(("slurmrestd"', "slurmrestd"),
     ('"name": "gpu01"', '"name": "gpu02"', "does not list Slurm node(s) gpu01"),
+    ("ping 200", "ping 500", "ping answered 500, slurmrestd API '0.0.41'"),
+    ('"api": "0.0.41"', '"api": "0.0.40"', "slurmrestd API '0.0.40': the agent must have discovered one of 0.0.41"),
+    ('{"slurm": "24.11.5", "api": "0.0.41"}', "{}", "slurmrestd API None"),
 ])
 def test_the_check_names_what_it_refuses(old, new, needle):
     assert old in CHECK_OK

@@ -3,8 +3,8 @@
 # $1 the gateway's port, $2 the declared tailnet address (or empty; the tailnet change checks it),
 # $3 the cluster's name. Sections: `page` (the UI's index and the script it loads), `config` (the
 # API address the UI is given), `http` (status of each call: the anonymous token, each agent view,
-# the actions anonymous must be refused, write methods), `clusters` and `nodes` (JSON, as the
-# gateway answers), `lan` (the port on each of the host's other addresses: it must be refused),
+# the actions anonymous must be refused, write methods), `clusters`, `nodes` and `versions` (JSON, as
+# the gateway answers; `versions`: the Slurm release and slurmrestd API its agent discovered), `lan` (the port on each of the host's other addresses: it must be refused),
 # `listen` (TCP listeners and their processes).
 set -uo pipefail
 port=$1 tailnet=${2:-} cluster=$3
@@ -49,7 +49,7 @@ print("== http")
 status, data = req("GET", "/api/anonymous")
 print("GET /api/anonymous", status)
 token = body_json(data, {}).get("token")
-calls = [("GET", "/api/version"), ("GET", "/api/clusters")]
+calls = [("GET", "/api/version"), ("GET", "/api/clusters"), ("GET", f"/api/agents/{cluster}/ping")]
 calls += [("GET", f"/api/agents/{cluster}/{v}") for v in
           ("stats", "jobs", "nodes", "partitions", "qos", "reservations", "accounts", "associations", "cache/stats")]
 calls += [("POST", f"/api/agents/{cluster}/cache/reset"), ("POST", f"/api/agents/{cluster}/jobs"),
@@ -64,6 +64,8 @@ print("== clusters")
 print(json.dumps(body_json(body[("GET", "/api/clusters")], [])))
 print("== nodes")
 print(json.dumps(body_json(body[("GET", f"/api/agents/{cluster}/nodes")], [])))
+print("== versions")
+print(json.dumps(body_json(body[("GET", f"/api/agents/{cluster}/ping")], {}).get("versions", {})))
 print("== lan")
 addrs = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout.split("\n")
 for line in addrs:
