@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from components.layers.web.config import RESTD_APIS
 from tests.pulumi_cli import PulumiProject
 
 from .conftest import lab_command
@@ -186,12 +187,12 @@ def test_the_page_shows_every_node_a_running_job_and_the_partitions_in_chromium(
         first = chromium(profile, "--dump-dom", f"http://127.0.0.1:{local}/")
         url = f"http://127.0.0.1:{local}/{CLUSTER}/resources"
         dom = chromium(profile, "--dump-dom", url)
-        jobs = chromium(profile, "--dump-dom", f"http://127.0.0.1:{local}/{CLUSTER}/jobs")
+        jobs_url = f"http://127.0.0.1:{local}/{CLUSTER}/jobs"
+        jobs = chromium(profile, "--dump-dom", jobs_url)
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         shot = ARTIFACTS / "page.png"
         chromium(profile, "--window-size=1400,1000", f"--screenshot={shot}", url)
-        chromium(profile, "--window-size=1400,1000", f"--screenshot={ARTIFACTS / 'jobs.png'}",
-                 f"http://127.0.0.1:{local}/{CLUSTER}/jobs")
+        chromium(profile, "--window-size=1400,1000", f"--screenshot={ARTIFACTS / 'jobs.png'}", jobs_url)
     finally:
         tunnel.terminate()
         tunnel.wait(10)
@@ -214,7 +215,7 @@ def test_the_page_shows_every_node_a_running_job_and_the_partitions_in_chromium(
 
 def test_the_agent_discovered_slurmrestd_s_api_and_the_stack_output_records_it(web):
     versions = output(web, "web")["check"]["versions"]
-    assert versions["slurm"] == "24.11.5" and versions["api"] in ("0.0.41", "0.0.42", "0.0.43", "0.0.44"), versions
+    assert versions["slurm"] == "24.11.5" and versions["api"] in RESTD_APIS, versions
     journal = ssh("ctl", "journalctl -u slurm-web-agent.service --no-pager -o cat | grep 'Discovered slurmrestd'",
                   check=False).stdout
     assert f"API version: {versions['api']}" in journal, journal[-2000:]

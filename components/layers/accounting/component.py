@@ -242,9 +242,7 @@ class Accounting(pulumi.ComponentResource):
         # slurmctld refuses to start while slurmdbd cannot serve (no TRES from the database).
         serving = CommandWithVerify(
             "slurmdbd-serving", conn=conn,
-            create=["sh", "-c", 'for i in $(seq 60); do ss -Hltn "sport = :6819" | grep -q . && exit 0; '
-                    'sleep 1; done; echo "slurmdbd is not listening on 6819 after 60 s" >&2; exit 1'],
-            verify=["sh", "-c", 'ss -Hltn "sport = :6819" | grep -q .'], opts=after(dbd))
+            create=fw.WAIT_LISTENING, verify=fw.LISTENING, opts=after(dbd))
         # Fail closed before slurmctld uses accounting: the port is open to the nodes only.
         access = fw.DbdReachability(
             "dbd-reachability", conn=conn, address=ctl.address,

@@ -111,9 +111,11 @@ VERIFY_LOADED = ["sh", "-c", f"{_LIST} 2>/dev/null | sha256sum | cmp -s - {LOADE
 #: loads the rules file: a reload when the unit runs (slurmdbd untouched), else a start
 LOAD = ["systemctl", "reload-or-restart", UNIT]
 
-# $1 port, $2 seconds: wait for a listener on the port (slurmdbd may be starting).
-_LISTENING = ('for i in $(seq "$2"); do ss -Hltn "sport = :$1" | grep -q . && exit 0; sleep 1; done; '
-              'echo "nothing listens on port $1 after $2 s"; exit 1')
+#: read-only: exit 0 when slurmdbd's port has a listener
+LISTENING = ["sh", "-c", f'ss -Hltn "sport = :{DBD_PORT}" | grep -q .']
+#: read-only: wait up to 60 s for that listener (slurmdbd may be starting)
+WAIT_LISTENING = ["sh", "-c", f'for i in $(seq 60); do ss -Hltn "sport = :{DBD_PORT}" | grep -q . && exit 0; '
+                  f'sleep 1; done; echo "slurmdbd is not listening on {DBD_PORT} after 60 s" >&2; exit 1']
 
 # $1 address, $2 port: one TCP connect from this host, 5 s at most.
 _CONNECT = 'timeout 5 bash -c \'exec 3<>"/dev/tcp/$1/$2"\' _ "$1" "$2" 2>&1; echo "rc $?"'
@@ -153,7 +155,7 @@ class DbdReachabilityProvider(RolloutCheck):
         address, port = props["address"], int(props["port"])
         ctl = connection(target_of(props))
         ctl.connect()
-        up = ctl.run(["sh", "-c", _LISTENING, "sh", str(port), "60"], mutating=False, check=False)
+        up = ctl.run(WAIT_LISTENING, mutating=False, check=False)
         if up.rc != 0:
             raise FleetError(f"host {ctl.t.name}: slurmdbd access verification failed: "
                              f"{(up.stdout + up.stderr).strip()}")

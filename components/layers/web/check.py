@@ -85,9 +85,9 @@ def check_problems(seen: dict[str, Any], *, port: int, cluster: str, url: str, a
     if cluster not in seen["clusters"]:
         p.append(f"the gateway lists clusters {seen['clusters']}, not {cluster} (its agent unreachable?)")
     agents = f"/api/agents/{cluster}"
-    api = seen["versions"].get("api")
-    if http.get(f"GET {agents}/ping") != "200" or api not in RESTD_APIS:
-        p.append(f"GET {agents}/ping answered {http.get(f'GET {agents}/ping')}, slurmrestd API {api!r}: "
+    ping, api = http.get(f"GET {agents}/ping"), seen["versions"].get("api")
+    if ping != "200" or api not in RESTD_APIS:
+        p.append(f"GET {agents}/ping answered {ping}, slurmrestd API {api!r}: "
                  f"the agent must have discovered one of {', '.join(RESTD_APIS)}")
     for view, action in VIEWS.items():
         got, want = http.get(f"GET {agents}/{view}"), "200" if action in actions else "403"

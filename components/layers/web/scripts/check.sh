@@ -3,9 +3,10 @@
 # $1 the gateway's port, $2 the declared tailnet address (or empty; the tailnet change checks it),
 # $3 the cluster's name. Sections: `page` (the UI's index and the script it loads), `config` (the
 # API address the UI is given), `http` (status of each call: the anonymous token, each agent view,
-# the actions anonymous must be refused, write methods), `clusters`, `nodes` and `versions` (JSON, as
-# the gateway answers; `versions`: the Slurm release and slurmrestd API its agent discovered), `lan` (the port on each of the host's other addresses: it must be refused),
-# `listen` (TCP listeners and their processes).
+# the actions anonymous must be refused, write methods), `clusters`, `nodes` and `versions` (JSON,
+# as the gateway answers; `versions`: the Slurm release and slurmrestd API its agent discovered),
+# `lan` (the port on each of the host's other addresses: it must be refused), `listen` (TCP
+# listeners and their processes).
 set -uo pipefail
 port=$1 tailnet=${2:-} cluster=$3
 PORT=$port TAILNET=$tailnet CLUSTER=$cluster python3 - <<'PY'
