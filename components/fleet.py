@@ -29,10 +29,12 @@ from .inventory import Inventory, fleet_summary
 from .site import Site
 from .layers.acceptance.component import Acceptance, AcceptanceInputs
 from .layers.slurm.canary import JobPaths, JobSpec
-from .layers.slurm.scheduling import NO_SCHEDULING
+from .layers.slurm.scheduling import NO_SCHEDULING, Scheduling
 from .layers.accounting.component import JWT_KEY, RESTD_SOCKET_DIR, Accounting, AccountingInputs
 from .layers.gpu_runtime.component import GpuRuntime, GpuRuntimeInputs
 from .layers.guards.component import Guards, GuardsInputs
+from .layers.health.component import HealthChecks, HealthInputs, NodeHealth
+from .layers.health.render import slurm_lines as health_lines
 from .layers.k3s_retirement.component import K3sRetirement, K3sRetirementInputs
 from .layers.model_snapshot.component import ModelSnapshot, ModelSnapshotInputs
 from .layers.slurm.component import SlurmCluster, SlurmInputs
@@ -108,6 +110,7 @@ class Fleet(pulumi.ComponentResource):
             final_paths = self.model.job_paths
 
         self.slurm = self.accounting = self.acceptance = self.web = self.guards = self.tenancy = None
+        self.health = None
         if not (cfg.slurm.enabled and secrets.munge_key is not None):
             self.register_outputs({"summary": self.summary})
             return
@@ -116,14 +119,26 @@ class Fleet(pulumi.ComponentResource):
         controller_gate: pulumi.Output[list[pulumi.Resource]]
         hand_over: Callable[[pulumi.Output[list[pulumi.Resource]]], None]
         controller_gate, hand_over = pulumi.deferred_output()
+        # the health check's files are on a node before its slurmd is started to run them
+        health_files = None
+        slurm_node_after = node_after
+        sched = scheduling(cfg.tenancy, cfg.slurm_nodes()) if accounting else NO_SCHEDULING
+        if cfg.health.enabled:
+            health_files = NodeHealth("health", HealthInputs(
+                site=site, health=cfg.health, pynvml_dir=cfg.gpu_runtime.pynvml_dir,
+                gpu_verdicts=self.gpu.verdicts if self.gpu is not None else None,
+                stores=self.storage.client_mounts if self.storage is not None else (),
+                xids=cfg.guards.drain_xids, guard_interval_s=cfg.guards.interval_s if cfg.guards.enabled else None,
+                node_after=node_after), child).outputs
+            slurm_node_after = {n: [*node_after.get(n, ()), *rs] for n, rs in health_files.files.items()}
+            sched = sched + Scheduling(title="node health (gpu-fleet:health)", lines=health_lines(cfg.health))
         job = JobSpec(site=site, canary_user=cfg.slurm.canary_user,
                       partitions=tuple(p.name for p in cfg.slurm.partitions),
                       timeout_s=cfg.acceptance.job_timeout_s, accounting=accounting, paths=job_paths)
         self.slurm = SlurmCluster("slurm", SlurmInputs(
             site=site, slurm=cfg.slurm, acceptance=cfg.acceptance.enabled, munge_key=secrets.munge_key,
             admission=self.admission, controller_gate=controller_gate, accounting=accounting, job=job,
-            node_after=node_after,
-            scheduling=scheduling(cfg.tenancy, cfg.slurm_nodes()) if accounting else NO_SCHEDULING), child).outputs
+            node_after=slurm_node_after, scheduling=sched), child).outputs
         after = [self.slurm.reconfigured]
         if accounting and secrets.db_password is not None and secrets.jwt_key is not None:  # (implied: typed)
             self.accounting = Accounting("accounting", AccountingInputs(
@@ -155,6 +170,10 @@ class Fleet(pulumi.ComponentResource):
                 site=site, guards=cfg.guards, pynvml_dir=cfg.gpu_runtime.pynvml_dir,
                 after=[self.slurm.reconfigured]), child).outputs
             after.extend(self.guards.checks.values())  # the partitions open on guarded nodes only
+        if health_files is not None:
+            # slurmd runs the check on every node (after the guards: it checks them too)
+            self.health = HealthChecks("health-checks", site, health_files, after=list(after), opts=child).outputs
+            after.append(self.health.report)
         if self.model is not None:
             after.append(self.model.view)
         if self.web is not None:
@@ -172,5 +191,5 @@ class Fleet(pulumi.ComponentResource):
     def built(self) -> list[Exports]:
         """The admission and every layer built, in the order the stack exports them."""
         return [x for x in (self.admission, self.storage, self.gpu, self.model, self.k3s, self.slurm,
-                            self.accounting, self.tenancy, self.web, self.guards, self.acceptance)
+                            self.accounting, self.tenancy, self.web, self.guards, self.health, self.acceptance)
                 if x is not None]

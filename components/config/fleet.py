@@ -17,6 +17,7 @@ from ..layers.acceptance.config import AcceptanceLayer, check as acceptance_chec
 from ..layers.accounting.config import AccountingLayer, check as accounting_check
 from ..layers.gpu_runtime.config import GpuRuntimeLayer
 from ..layers.guards.config import GuardsLayer, check as guards_check
+from ..layers.health.config import HealthLayer, check as health_check
 from ..layers.k3s_retirement.config import K3sRetirementLayer, check as k3s_check
 from ..layers.model_snapshot.config import ModelSnapshotLayer, check as model_check
 from ..layers.slurm.config import SlurmLayer, check as slurm_check
@@ -71,6 +72,7 @@ class FleetConfig(Strict):
     k3s_retirement: Annotated[K3sRetirementLayer, Layer(k3s_check)] = K3sRetirementLayer()
     web: Annotated[WebLayer, Layer(web_check)] = WebLayer()
     guards: Annotated[GuardsLayer, Layer(guards_check)] = GuardsLayer()
+    health: Annotated[HealthLayer, Layer(health_check)] = HealthLayer()
     tenancy: Annotated[TenancyLayer, Layer(tenancy_check)] = TenancyLayer()
     acceptance: Annotated[AcceptanceLayer, Layer(acceptance_check)] = AcceptanceLayer()
 

@@ -26,6 +26,19 @@ class Scheduling:
     def __bool__(self) -> bool:
         return bool(self.lines or self.features or self.files or self.shards_per_gpu)
 
+    def __add__(self, other: Scheduling) -> Scheduling:
+        """Two layers' additions in one: the second's lines under its own title."""
+        if not other:
+            return self
+        if not self:
+            return other
+        feats = {n: (*self.features.get(n, ()), *other.features.get(n, ()))
+                 for n in {**self.features, **other.features}}
+        return Scheduling(title=self.title if self.lines else other.title,
+                          lines=(*self.lines, *(("", f"# {other.title}") if self.lines else ()), *other.lines),
+                          features=feats, files={**self.files, **other.files},
+                          shards_per_gpu=self.shards_per_gpu or other.shards_per_gpu)
+
 
 #: what a stack without such a layer adds: nothing
 NO_SCHEDULING = Scheduling()

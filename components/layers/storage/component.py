@@ -71,6 +71,8 @@ class StorageOutputs:
     clients: ClientCheck
     #: the models store: the model snapshot layer publishes into it on the storage host
     models: Store
+    #: every store as a node mounts it ({path, source, fstypes}): what the client check proved
+    client_mounts: tuple[dict, ...] = ()
 
     def exports(self) -> dict[str, pulumi.Input]:
         return {"storage": pulumi.Output.all(self.datasets.guids, self.served.exported, self.clients.passed,
@@ -124,9 +126,10 @@ class Storage(pulumi.ComponentResource):
                            if st.server == "ganesha" else {})
                 mounts.append(SystemdUnit(f"{n.name}-{d}-mount", conn=nconn, unit=unit, content=text,
                                           triggers=remount, opts=after(*prev)))
+        fstypes = ["fuse.nfsfuse"] if st.client == "fuse-libnfs" else ["nfs", "nfs4"]
         clients = ClientCheck(
             "storage-clients", conn=conn, nodes=[site.conn(n) for n in nodes], stores=stores,
-            fstypes=["fuse.nfsfuse"] if st.client == "fuse-libnfs" else ["nfs", "nfs4"],
+            fstypes=fstypes,
             job_dir=JOB_DIR, guids=datasets.guids, max_parallel=site.ssh.max_parallel,
             triggers={"exports": exports.exported, "units": {d: sha256(t, 16) for d, t in units.items()},
                       "mounts": datasets.mounts},
@@ -147,7 +150,8 @@ class Storage(pulumi.ComponentResource):
                                job_root=f"{st.data.client_mount}/{JOB_DIR}",
                                readonly_probe=st.models.client_mount),
             datasets=datasets, served=exports, clients=clients,
-            models=next(s for s in stores if s.duty == "models"))
+            models=next(s for s in stores if s.duty == "models"),
+            client_mounts=tuple({"path": s.client_mount, "source": s.source, "fstypes": fstypes} for s in stores))
         self.register_outputs({})
 
     def _server(self, st: StorageLayer, conn: dict, datasets: pulumi.Resource, after) -> list[pulumi.Resource]:
