@@ -201,12 +201,22 @@ def log_path(name: str) -> Path:
     return LOGS_DIR / f"{name}.log"
 
 
+#: systemd-nspawn's exit status when the container's systemd rebooted (systemd-nspawn(1))
+REBOOTED = 133
+
+
 def launch(host: Host, repo: Path) -> int:
-    """Start the host detached (own session); return the PID that becomes systemd-nspawn."""
+    """Start the host detached (own session); return the PID of the shell that runs nspawn.
+
+    The shell joins the host's cgroups, then runs nspawn and boots the host again when it exits
+    with REBOOTED, as systemd-nspawn@.service does (RestartForceExitStatus=133): a host that
+    reboots itself (Slurm's RebootProgram) comes back on the same root filesystem. A poweroff
+    or a signal ends the loop."""
     procs = cgroup_procs_files(host.name)
-    # The shell joins the cgroups itself, then execs nspawn: the recorded PID is nspawn's.
     join = "".join(f"echo $$ > {shlex.quote(str(p))} || exit 97\n" for p in procs)
-    script = join + "exec " + shlex.join(nspawn_argv(host, repo)) + "\n"
+    script = (join + "while :; do\n  " + shlex.join(nspawn_argv(host, repo)) + "\n  rc=$?\n"
+              f'  [ "$rc" -eq {REBOOTED} ] || exit "$rc"\n'
+              '  echo "--- lab reboot $(date \'+%Y-%m-%d %H:%M:%S\'): the host rebooted itself"\ndone\n')
     LOGS_DIR.mkdir(parents=True, exist_ok=True)
     env = {
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",

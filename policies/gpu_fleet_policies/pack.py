@@ -13,8 +13,8 @@ from pulumi_policy import (
 
 from .common import each_member
 from . import (
-    exposure, guards, hosts, identities, k3s, model, packages, relax, secrets, slurm, slurmweb, storage, tenancy,
-    web,
+    exposure, guards, health, hosts, identities, k3s, model, packages, relax, secrets, slurm, slurmweb, storage,
+    tenancy, web,
 )
 
 PACK_NAME = "gpu-fleet"
@@ -159,6 +159,18 @@ _SPECS = [
      "The node guard runs as root bounded by its unit: no capability but CAP_KILL (memory guard), "
      "NoNewPrivileges=yes, ProtectSystem=strict.",
      guards.validate_least_privilege, Severity.HIGH),
+    ("health-programs-root-only", "resource",
+     "The health check, Slurm's reboot program and the check's config are root:root and writable by root "
+     "alone: slurmd runs them as root on every node.",
+     health.validate_programs_root_only, Severity.CRITICAL),
+    ("health-programs-shipped", "stack",
+     "slurm.conf's HealthCheckProgram and RebootProgram name files the stack ships root-owned (the health "
+     "layer's Payloads), not any path on the node.",
+     health.validate_programs_shipped, Severity.CRITICAL),
+    ("health-reboots-bounded", "stack",
+     "The health loop's reboots are bounded: at most 6 a node a day, and a ResumeTimeout wherever slurm.conf "
+     "sets a RebootProgram.",
+     health.validate_reboots_bounded, Severity.HIGH),
     ("tenancy-team-qos-bounds-gpus", "stack",
      "Every QOS a team account uses as its DefaultQOS bounds the team's GPUs: GrpTRES sets gres/gpu=<n>.",
      tenancy.validate_team_qos_bounds, Severity.HIGH),

@@ -18,10 +18,9 @@ import yaml
 
 from components.forget import host_of
 from lab import nspawn
-from lab.rootfs import rootfs_dir
 from tests.pulumi_cli import ROOT, PulumiProject
 
-from .conftest import STATE, lab_command
+from .conftest import lab_command
 from .labhosts import command_log
 
 VICTIM = "node3"
@@ -29,13 +28,12 @@ LIVE = ["node1", "node2"]
 
 
 def stop_for_good(name: str) -> None:
-    """Stop one lab host's systemd-nspawn (the PID the lab recorded, checked to be the lab's own
-    nspawn of that host): SIGTERM is nspawn's orderly poweroff of the container; SIGKILL after
-    30 s. The lab has no per-host stop; `python -m lab up` boots it again."""
-    inv = json.loads((STATE / "inventory.json").read_text())
-    pid = int(next(h for h in inv["hosts"] if h["name"] == name)["pid"])
-    assert nspawn.is_lab_nspawn(pid) and f"--directory={rootfs_dir(name)}" in nspawn._cmdline(pid), \
-        f"pid {pid} is not the lab's nspawn of {name}"
+    """Stop one lab host's systemd-nspawn (the lab's own nspawn of that host, found by its root
+    directory): SIGTERM is nspawn's orderly poweroff of the container, which ends the lab's boot
+    loop too (only a reboot boots it again); SIGKILL after 30 s. `python -m lab up` boots it again."""
+    pids = nspawn.host_nspawn_pids(name)
+    assert len(pids) == 1, f"{name} has not exactly one lab nspawn: {sorted(pids)}"
+    pid = pids.pop()
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 30
     while nspawn.alive(pid) and time.monotonic() < deadline:

@@ -135,7 +135,7 @@ def test_pool_export_and_import_helpers(lab):
 
 
 def test_the_pool_comes_back_after_a_reboot_of_the_storage_host(lab):
-    lab.ssh("storage", "echo kept > /root/reboot-marker")
+    lab.ssh("storage", "echo kept > /root/reboot-marker; zfs create -o mountpoint=/srv/reboot-probe ai/reboot-probe")
     others = {h["name"]: h["pid"] for h in load_lab().inventory["hosts"] if h["name"] != "storage"}
     try:
         p = lab_command("reboot", "storage")
@@ -143,7 +143,9 @@ def test_the_pool_comes_back_after_a_reboot_of_the_storage_host(lab):
         after = load_lab()
         assert {h["name"]: h["pid"] for h in after.inventory["hosts"] if h["name"] != "storage"} == others
         out = after.ssh("storage", "cat /root/reboot-marker; systemctl is-active zfs-fuse; "
-                                   "zpool list -H -o name,health ai").stdout.splitlines()
-        assert out == ["kept", "active", "ai\tONLINE"]
+                                   "zpool list -H -o name,health ai; "
+                                   "zfs get -H -o value mounted ai/reboot-probe").stdout.splitlines()
+        # its datasets mounted again, as a boot mounts them (the storage layer refuses without)
+        assert out == ["kept", "active", "ai\tONLINE", "yes"]
     finally:
-        lab.ssh("storage", "rm -f /root/reboot-marker", check=False)
+        lab.ssh("storage", "rm -f /root/reboot-marker; zfs destroy ai/reboot-probe", check=False)

@@ -31,7 +31,7 @@ class HealthLayer(Strict):
     interval_s: int = Field(60, ge=5, le=3600)
     #: the node states it runs in (HealthCheckNodeState): ANY keeps drained nodes checked too
     node_state: Literal["ANY", "IDLE", "ALLOC", "MIXED", "NONDRAINED_IDLE"] = "ANY"
-    #: kinds of failure that reboot the node (scontrol reboot ASAP nextstate=RESUME)
+    #: kinds of failure that reboot the node (drained, then `scontrol reboot` once its jobs end)
     reboot_on: list[Kind] = Field(default_factory=lambda: list[Kind](["xid"]))
     #: reboots of one node within 24 h before its next failure quarantines it
     max_reboots_per_day: int = Field(2, ge=0)

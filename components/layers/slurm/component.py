@@ -31,7 +31,9 @@ from .canary import JobSpec
 from .config import SlurmLayer
 from .packages import SlurmPackages
 from .scheduling import NO_SCHEDULING, Scheduling
-from .render import SLURM_ETC, render_cgroup_conf, render_gres_conf, render_slurm_conf
+from .render import (
+    FAKE_GPUS_UNIT, SLURM_ETC, render_cgroup_conf, render_fake_gpus_unit, render_gres_conf, render_slurm_conf,
+)
 from .upgrades import SlurmPackagesProvider, own_packages
 from .validate import validate_argv
 
@@ -266,13 +268,11 @@ class _HostSteps:
         if s.fake_gpu_devices and h in self.by_name:
             gpus = self.by_name[h].gpus
             assert gpus is not None, f"{h}: fake GPU devices need the node's gpus"
-            devs = [f"{s.gpu_device_prefix}{i}" for i in range(gpus.count)]
-            deps.append(CommandWithVerify(
-                f"{h}-fake-gpus", conn=conn,
-                create=["sh", "-c", f'i=0; for d in {" ".join(devs)}; do [ -c "$d" ] || mknod -m 0666 "$d" c 195 $i; '
-                                     'i=$((i+1)); done'],
-                verify=["sh", "-c", " && ".join(f"test -c {d}" for d in devs)],
-                delete=["rm", "-f", *devs], opts=self._opts(pkgs)))
+            # a unit, not a one-off mknod: /dev is made again at every boot (a real node's driver
+            # makes /dev/nvidia* at boot), and a node rebooted through Slurm needs them before slurmd
+            deps.append(SystemdUnit(
+                f"{h}-fake-gpus", conn=conn, unit=FAKE_GPUS_UNIT, content=render_fake_gpus_unit(s, gpus.count),
+                opts=self._opts(pkgs)))
         serving = self.inputs.admission.admitted.apply(lambda names: h in names)
         daemon = SystemdUnit(
             f"{h}-slurmd", conn=conn, unit="slurmd.service", enabled=serving, active=serving,

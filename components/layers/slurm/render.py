@@ -159,3 +159,20 @@ def render_cgroup_conf(s: SlurmLayer) -> str:
 def count_visible_gpus(cuda_visible_devices: str) -> int:
     """GPUs a task sees, counted by fields: '0,1,...,7' is 8 (the seed once counted the 7 commas)."""
     return len([f for f in cuda_visible_devices.strip().split(",") if f.strip()])
+
+
+FAKE_GPUS_UNIT = "gpu-fleet-fake-gpus.service"
+
+
+def render_fake_gpus_unit(s: SlurmLayer, count: int) -> str:
+    """TEST DOUBLE (`fake_gpu_devices`): the node's GPU device files (char 195:N), made at every
+    boot before slurmd (gres.conf names them), removed when the unit stops (`$$`: systemd's `$`)."""
+    devs = " ".join(f"{s.gpu_device_prefix}{i}" for i in range(count))
+    return (
+        "[Unit]\nDescription=gpu-fleet test double: fake GPU device files\nBefore=slurmd.service\n\n"
+        "[Service]\nType=oneshot\nRemainAfterExit=yes\n"
+        f"ExecStart=/bin/sh -c 'i=0; for d in {devs}; do [ -c \"$$d\" ] || mknod -m 0666 \"$$d\" c 195 $$i; "
+        "i=$$((i+1)); done'\n"
+        f"ExecStop=/bin/rm -f {devs}\n\n"
+        "[Install]\nWantedBy=multi-user.target\n")
+

@@ -62,6 +62,9 @@ def test_a_pending_reboot_or_a_quarantine_is_left_alone():
     assert hc.decide(xid, "MIXED+DRAIN+REBOOT_REQUESTED", "gpu-fleet health: reboot 1/2", [], NOW, CFG) == []
     assert hc.decide(xid, "IDLE+DRAIN+REBOOT_ISSUED", "gpu-fleet health: reboot 1/2", [], NOW, CFG) == []
     assert hc.decide({}, "IDLE+DRAIN", "gpu-fleet health: quarantined after 2 reboots", [], NOW, CFG) == []
+    # serving under a quarantine's reason (a reboot's nextstate=RESUME lifted the drain): held again
+    assert hc.decide({}, "IDLE", "gpu-fleet health: quarantined after 2 reboots", [], NOW, CFG) == [
+        ("quarantine", "gpu-fleet health: quarantined after 2 reboots")]
 
 
 def test_another_actors_drain_is_never_resumed_nor_rebooted():
@@ -78,6 +81,11 @@ def test_only_its_own_drain_is_resumed_once_every_check_passes():
         ("resume", "")]
     # the guard's own drain (heat) is the guard's: passing checks do not lift it
     assert hc.decide({}, "IDLE+DRAIN", "gpu-fleet guard: GPU 1 heat: 97 C", [], NOW, CFG) == []
+    # its XID drain is lifted once the XID is gone from this boot (the reboot fixed it)
+    assert hc.decide({}, "IDLE+DRAIN", "gpu-fleet guard: XID 79 on PCI:0000:3b:00 : reboot issued", [], NOW,
+                     CFG) == [("resume", "")]
+    assert hc.decide({}, "IDLE+DRAIN", "gpu-fleet guard: XID 79 on PCI:0000:3b:00", [], NOW,
+                     {**CFG, "reboot_on": []}) == []
     assert hc.decide({}, "IDLE", "", [], NOW, CFG) == []
 
 
@@ -208,9 +216,10 @@ def test_a_lost_gpu_drains_and_an_xid_reboots_counted_on_disk(tmp_path, fake_nvm
                                  "of the 2 GPUs the stack declares"]
     (tmp_path / "scontrol.calls").unlink()
     rc, result, calls = run_check(tmp_path, fake_nvml_lib, "State=MIXED+DRAIN Reason=gpu-fleet guard: XID 79 on "
-                                  f"PCI:0000:3b:00 [root@now]", kmsg=f"{time.time():.6f} gpu01 kernel: {XID79}\n")
-    assert calls == ["reboot ASAP nextstate=RESUME reason=gpu-fleet health: reboot 1/2 for xid: XID 79 on "
-                     "PCI:0000:3b:00 since this boot gpu01"]
+                                  "PCI:0000:3b:00 [root@now]", kmsg=f"{time.time():.6f} gpu01 kernel: {XID79}\n")
+    why = "gpu-fleet health: reboot 1/2 for xid: XID 79 on PCI:0000:3b:00 since this boot"
+    # drained first, then a reboot without a next state: it comes back drained
+    assert calls == [f"update NodeName=gpu01 State=DRAIN Reason={why}", f"reboot reason={why} gpu01"]
     assert result["reboots_24h"] == 1 and len(json.loads((tmp_path / "state" / "reboots.json").read_text())) == 1
     events = (tmp_path / "log" / "health.jsonl").read_text().splitlines()
     assert len(events) == 2 and json.loads(events[1])["actions"][0]["action"] == "reboot"

@@ -13,10 +13,10 @@ its JSON config (/etc/gpu-fleet/health.json, rendered by the health layer) and c
 Then it acts on its own node only, through scontrol, and only where the reason says it may:
 
 - a failure on a node nobody drained: drained, `Reason=gpu-fleet health: ...`;
-- a failure of a kind the stack reboots for (`reboot_on`) on a node drained by the guard or by
-  this check: `scontrol reboot ASAP nextstate=RESUME` (Slurm reboots it through RebootProgram once
-  its jobs end) while the node had fewer than `max_reboots_per_day` in 24 h; past that it is
-  drained as quarantined and held in the quarantine reservation;
+- a failure of a kind the stack reboots for (`reboot_on`) on a node serving or drained by the
+  guard or by this check: drained, then `scontrol reboot` (Slurm reboots it through RebootProgram
+  once its jobs end; it comes back drained) while the node had fewer than `max_reboots_per_day`
+  in 24 h; past that it is drained as quarantined and held in the quarantine reservation;
 - all checks pass on a node drained by this check (not quarantined): resumed;
 - a node drained or down for any other reason (an admin's, the acceptance's) is never touched.
 
@@ -130,27 +130,31 @@ def decide(failures: dict[str, list[str]], state: str, reason: str, reboots: lis
     held = bool(flags & {"DRAIN", "DRAINED", "DRAINING", "DOWN", "FAIL", "FAILING"})
     own, quarantined = cfg["own_reason"], f"{cfg['own_reason']} quarantined"
     ours, guards = reason.startswith(own), reason.startswith(cfg["guard_reason"])
-    if flags & {"REBOOT_REQUESTED", "REBOOT_ISSUED"} or reason.startswith(quarantined):
-        return []  # Slurm has the reboot in hand; quarantine is an admin's to lift
+    if flags & {"REBOOT_REQUESTED", "REBOOT_ISSUED"}:
+        return []  # Slurm has the reboot in hand
+    if reason.startswith(quarantined):
+        # an admin lifts a quarantine (a resume clears the reason); a node serving under the
+        # reason (an admin's `scontrol reboot nextstate=RESUME` cleared the drain) is held again
+        return [] if held else [("quarantine", reason)]
     if held and not (ours or guards):
         return []  # another actor's drain: its reason says who decides
     if not failures:
-        return [("resume", "")] if held and ours else []
-    kind = sorted(failures)[0]
-    why = f"{kind}: {failures[kind][0]}"
+        # its own drain, or the guard's for a fault a reboot fixes that this boot no longer has
+        fixed = guards and any(reason.startswith(f"{cfg['guard_reason']} {k.upper()} ") for k in cfg["reboot_on"])
+        return [("resume", "")] if held and (ours or fixed) else []
     fixable = [k for k in sorted(failures) if k in cfg["reboot_on"]]
     if fixable:
-        recent = [t for t in reboots if now - t < DAY_S]
         k = fixable[0]
         what = f"{k}: {failures[k][0]}"
+        recent = [t for t in reboots if now - t < DAY_S]
         if len(recent) < cfg["max_reboots_per_day"]:
             return [("reboot", f"{own} reboot {len(recent) + 1}/{cfg['max_reboots_per_day']} for {what}")]
         return [("quarantine", f"{quarantined} after {len(recent)} reboots in 24 h: {what}")]
-    if held and ours and reason == f"{own} {why}":
-        return []
     if held and guards:
-        return []  # the guard's drain stands; nothing a reboot fixes
-    return [("drain", f"{own} {why}")]
+        return []  # the guard's drain stands: nothing here a reboot fixes
+    kind = sorted(failures)[0]
+    why = f"{own} {kind}: {failures[kind][0]}"
+    return [] if held and reason == why else [("drain", why)]
 
 
 # ---- the node's side ----------------------------------------------------------------------------
@@ -227,17 +231,18 @@ def write_json(path: str, doc) -> None:
 
 
 def failures_now(cfg: dict) -> dict[str, list[str]]:
-    now = time.time()
+    now, booted = time.time(), boot_time()
     found: dict[str, list[str]] = {}
     if cfg.get("gpus"):
         seen, err = nvml_uuids(cfg["pynvml_dir"])
         found["gpus"] = gpu_failures(seen, err, cfg["gpus"], cfg.get("uuids") or [])
-        found["xid"] = xid_failures(kernel_lines(cfg["kernel_log"]), cfg["xids"], boot_time())
+        found["xid"] = xid_failures(kernel_lines(cfg["kernel_log"]), cfg["xids"], booted)
     if cfg.get("stores"):
         with open("/proc/self/mountinfo") as f:
             found["mounts"] = mount_failures(mountinfo(f.read()), cfg["stores"])
-    if cfg.get("guard_status") and installed_for(cfg["guard_unit"], now) > cfg["guard_max_age_s"]:
-        # a guard installed moments ago (this rollout) has had no time to sample yet
+    grace = cfg.get("guard_max_age_s") or 0
+    if cfg.get("guard_status") and min(installed_for(cfg["guard_unit"], now), now - booted) > grace:
+        # a guard installed (this rollout) or started (this boot) moments ago has not sampled yet
         found["guard"] = guard_failures(read_json(cfg["guard_status"]), cfg["guard_max_age_s"], now, pid_alive)
     return {k: v for k, v in found.items() if v}
 
@@ -249,7 +254,7 @@ def quarantine(cfg: dict, node: str) -> tuple[int, str]:
     nodes = node_fields(out).get("Nodes", "") if rc == 0 else ""
     if rc != 0 or not nodes or nodes == "(null)":
         return run(["scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={node}",
-                    "StartTime=now", "Duration=infinite", "Users=root", "Flags=MAINT,IGNORE_JOBS,SPEC_NODES"])
+                    "StartTime=now", "Duration=infinite", "Users=root", "Flags=MAINT,IGNORE_JOBS"])
     listed = run(["scontrol", "show", "hostnames", nodes])[1].split()
     if node in listed:
         return 0, "already held"
@@ -262,7 +267,13 @@ def act(cfg: dict, node: str, action: str, reason: str) -> tuple[int, str]:
     if action == "resume":
         return run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
     if action == "reboot":
-        return run(["scontrol", "reboot", "ASAP", "nextstate=RESUME", f"reason={reason}", node])
+        # drained first, then a plain reboot (once idle: a drained node takes no new job). Not
+        # `ASAP nextstate=RESUME`: a next state makes slurmctld clear DRAIN when the node registers
+        # after the boot, and slurmd runs its first check before it registers, so a fault that
+        # survived the boot would serve until the next interval. Without one the node comes back
+        # drained, under this check's reason, and serves once a check after the boot passes.
+        rc, out = run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
+        return (rc, out) if rc else run(["scontrol", "reboot", f"reason={reason}", node])
     rc, out = run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
     if rc == 0:
         rc, out = quarantine(cfg, node)
@@ -302,6 +313,7 @@ def check(path: str, wait_s: float) -> int:
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else argv
+    os.environ.setdefault("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")  # slurmd gives it no environment
     path = os.environ.get("GPU_FLEET_HEALTH_CONFIG", CONFIG)
     if args[:1] == ["--check"]:
         return check(path, float(args[2]) if args[1:2] == ["--wait-s"] else 0.0)
