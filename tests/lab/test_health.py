@@ -116,6 +116,40 @@ def restore_gpus(node: str) -> None:
     ssh(node, f"if [ -e {FAKE}.all ]; then mv -f {FAKE}.all {FAKE}; fi")
 
 
+def set_sections(proj: PulumiProject, on: bool) -> None:
+    """The guards and the health check on (or their sections gone), written into the stack file
+    at once (a `config set` a key costs ~1 s of CI)."""
+    path = proj.dir / "stacks" / "Pulumi.lab.yaml"
+    doc = yaml.safe_load(path.read_text())
+    for key in ("gpu-fleet:guards", "gpu-fleet:health"):
+        doc["config"].pop(key, None)
+    if on:
+        doc["config"]["gpu-fleet:guards"] = {"enabled": True, "interval_s": 1, "kernel_log": KMSG}
+        doc["config"]["gpu-fleet:health"] = {"enabled": True, "interval_s": INTERVAL, "kernel_log": KMSG,
+                                             "max_reboots_per_day": 2, "reboot_timeout_s": 180}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def start(proj: PulumiProject) -> None:
+    """Fresh kernel logs and health state, both layers on, node2's slurmd with `-b`."""
+    for n in NODES:
+        ssh(n, f": > {KMSG}; rm -rf /var/log/gpu-fleet/health.jsonl /var/lib/gpu-fleet/health")
+    set_sections(proj, True)
+    up(proj)
+    ssh("node2", f"echo 'SLURMD_OPTIONS=-b' > {SLURMD_DEFAULTS} && systemctl restart slurmd")
+    wait_state("node2", lambda s: s[0] == "IDLE", 60, "registered again")
+
+
+def finish(proj: PulumiProject) -> None:
+    """What a test may have left on the nodes, undone; node2's slurmd as it was."""
+    ssh("node2", "systemctl disable --now lab-broken-gpu.service; rm -f /etc/systemd/system/lab-broken-gpu.service",
+        check=False)
+    for n in NODES:
+        restore_gpus(n)
+    ssh("ctl", f"scontrol delete ReservationName={QUARANTINE}", check=False)
+    ssh("node2", f"rm -f {SLURMD_DEFAULTS}; systemctl restart slurmd", check=False)
+
+
 @pytest.fixture(scope="module")
 def healthy(lab, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("health")
@@ -123,26 +157,11 @@ def healthy(lab, tmp_path_factory):
     proj.log = tmp / "commands.jsonl"
     proj.env["GPU_FLEET_COMMAND_LOG"] = str(proj.log)
     proj.init_stack("lab")
-    for n in NODES:
-        ssh(n, f": > {KMSG}; rm -rf /var/log/gpu-fleet/health.jsonl /var/lib/gpu-fleet/health")
-    stack = proj.dir / "stacks" / "Pulumi.lab.yaml"
-    doc = yaml.safe_load(stack.read_text())
-    doc["config"]["gpu-fleet:guards"] = {"enabled": True, "interval_s": 1, "kernel_log": KMSG}
-    doc["config"]["gpu-fleet:health"] = {"enabled": True, "interval_s": INTERVAL, "kernel_log": KMSG,
-                                         "max_reboots_per_day": 2, "reboot_timeout_s": 180}
-    proj.write_stack("lab", yaml.safe_dump(doc, sort_keys=False))
     try:
-        up(proj)
-        ssh("node2", f"echo 'SLURMD_OPTIONS=-b' > {SLURMD_DEFAULTS} && systemctl restart slurmd")
-        wait_state("node2", lambda s: s[0] == "IDLE", 60, "registered again")
+        start(proj)
         yield proj
     finally:
-        ssh("node2", f"rm -f {SLURMD_DEFAULTS}; systemctl restart slurmd", check=False)
-        ssh("node2", "systemctl disable --now lab-broken-gpu.service; rm -f /etc/systemd/system/lab-broken-gpu.service",
-            check=False)
-        for n in NODES:
-            restore_gpus(n)
-        ssh("ctl", f"scontrol delete ReservationName={QUARANTINE}", check=False)
+        finish(proj)
         proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
 
 
