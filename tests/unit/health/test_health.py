@@ -62,9 +62,12 @@ def test_a_pending_reboot_or_a_quarantine_is_left_alone():
     assert hc.decide(xid, "MIXED+DRAIN+REBOOT_REQUESTED", "gpu-fleet health: reboot 1/2", [], NOW, CFG) == []
     assert hc.decide(xid, "IDLE+DRAIN+REBOOT_ISSUED", "gpu-fleet health: reboot 1/2", [], NOW, CFG) == []
     assert hc.decide({}, "IDLE+DRAIN", "gpu-fleet health: quarantined after 2 reboots", [], NOW, CFG) == []
-    # serving under a quarantine's reason (a reboot's nextstate=RESUME lifted the drain): held again
-    assert hc.decide({}, "IDLE", "gpu-fleet health: quarantined after 2 reboots", [], NOW, CFG) == [
-        ("quarantine", "gpu-fleet health: quarantined after 2 reboots")]
+    # lifted by an admin (Slurm keeps the reason after `scontrol reboot nextstate=RESUME`): serving
+    # again, judged like any serving node
+    assert hc.decide({}, "IDLE", "gpu-fleet health: quarantined after 2 reboots : reboot issued", [], NOW,
+                     CFG) == []
+    assert hc.decide({"xid": ["XID 79"]}, "IDLE", "gpu-fleet health: quarantined after 2 reboots", [NOW - 60],
+                     NOW, CFG)[0][0] == "reboot"
 
 
 def test_another_actors_drain_is_never_resumed_nor_rebooted():

@@ -132,10 +132,8 @@ def decide(failures: dict[str, list[str]], state: str, reason: str, reboots: lis
     ours, guards = reason.startswith(own), reason.startswith(cfg["guard_reason"])
     if flags & {"REBOOT_REQUESTED", "REBOOT_ISSUED"}:
         return []  # Slurm has the reboot in hand
-    if reason.startswith(quarantined):
-        # an admin lifts a quarantine (a resume clears the reason); a node serving under the
-        # reason (an admin's `scontrol reboot nextstate=RESUME` cleared the drain) is held again
-        return [] if held else [("quarantine", reason)]
+    if reason.startswith(quarantined) and held:
+        return []  # an admin lifts a quarantine (a resume, or a reboot with nextstate=RESUME)
     if held and not (ours or guards):
         return []  # another actor's drain: its reason says who decides
     if not failures:
