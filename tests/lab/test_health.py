@@ -26,11 +26,8 @@ import yaml
 from tests.pulumi_cli import PulumiProject
 
 from .labhosts import command_log, ssh
+from .test_guards import FAKE, KMSG, NODES, XID79, up
 
-NODES = ["node1", "node2", "node3"]
-KMSG = "/var/lib/gpu-fleet-fake-nvml/kmsg"
-FAKE = "/etc/fake-nvml.json"
-XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, name=python3, GPU has fallen off the bus."
 INTERVAL = 5
 #: where Debian's slurmd.service reads SLURMD_OPTIONS
 SLURMD_DEFAULTS = "/etc/default/slurmd"
@@ -46,13 +43,6 @@ ExecStart=/bin/sh -c 'echo "$(date +%%s.%%N) node2 kernel: {XID79}" >> {KMSG}'
 [Install]
 WantedBy=multi-user.target
 """
-
-
-def up(proj: PulumiProject, *args: str) -> None:
-    p = proj.run("up", "--yes", "--stack", "lab", "--skip-preview", *args, check=False, timeout=1200)
-    text = p.stdout + p.stderr
-    at = text.find("Diagnostics:")
-    assert p.returncode == 0, text[at:at + 6000] if at >= 0 else text[-5000:]
 
 
 def node_state(node: str) -> tuple[str, str]:
