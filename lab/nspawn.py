@@ -120,8 +120,14 @@ def _references_lab(args: list[str]) -> bool:
 
 
 def is_lab_nspawn(pid: int) -> bool:
-    """The process (or the shell about to exec it) boots one of this lab's rootfs dirs."""
+    """The process (nspawn, or the launcher's shell that runs it) boots one of this lab's rootfs dirs."""
     return alive(pid) and _references_lab(_cmdline(pid))
+
+
+def launcher_pids() -> set[int]:
+    """The lab's launchers: the shells that run each host's nspawn and boot it again when it
+    reboots itself (`launch`); the PID the inventory records for a host."""
+    return {p for p in lab_nspawn_pids() if _cmdline(p)[:2] == ["/bin/sh", "-c"]}
 
 
 def lab_nspawn_pids() -> set[int]:
