@@ -33,8 +33,8 @@ from .layers.slurm.scheduling import NO_SCHEDULING, Scheduling
 from .layers.accounting.component import JWT_KEY, RESTD_SOCKET_DIR, Accounting, AccountingInputs
 from .layers.gpu_runtime.component import GpuRuntime, GpuRuntimeInputs
 from .layers.guards.component import Guards, GuardsInputs
-from .layers.health.component import HealthChecks, HealthInputs, NodeHealth
-from .layers.health.render import slurm_lines as health_lines
+from .layers.health.component import HealthChecks, HealthInputs, HealthSpares, NodeHealth
+from .layers.health.render import slurm_lines as health_lines, spare_weights
 from .layers.k3s_retirement.component import K3sRetirement, K3sRetirementInputs
 from .layers.model_snapshot.component import ModelSnapshot, ModelSnapshotInputs
 from .layers.slurm.component import SlurmCluster, SlurmInputs
@@ -110,7 +110,7 @@ class Fleet(pulumi.ComponentResource):
             final_paths = self.model.job_paths
 
         self.slurm = self.accounting = self.acceptance = self.web = self.guards = self.tenancy = None
-        self.health = None
+        self.health = self.spares = None
         if not (cfg.slurm.enabled and secrets.munge_key is not None):
             self.register_outputs({"summary": self.summary})
             return
@@ -131,7 +131,8 @@ class Fleet(pulumi.ComponentResource):
                 xids=cfg.guards.drain_xids, guard_interval_s=cfg.guards.interval_s if cfg.guards.enabled else None,
                 node_after=node_after), child).outputs
             slurm_node_after = {n: [*node_after.get(n, ()), *rs] for n, rs in health_files.files.items()}
-            sched = sched + Scheduling(title="node health (gpu-fleet:health)", lines=health_lines(cfg.health))
+            sched = sched + Scheduling(title="node health (gpu-fleet:health)", lines=health_lines(cfg.health),
+                                       weights=spare_weights(cfg.health))
         job = JobSpec(site=site, canary_user=cfg.slurm.canary_user,
                       partitions=tuple(p.name for p in cfg.slurm.partitions),
                       timeout_s=cfg.acceptance.job_timeout_s, accounting=accounting, paths=job_paths)
@@ -186,10 +187,16 @@ class Fleet(pulumi.ComponentResource):
             gpu_verdicts=self.gpu.verdicts if self.gpu is not None else None,
             web_seen=self.web.check.seen if self.web is not None else None,
             k3s=self.k3s is not None), child).outputs
+        if cfg.health.enabled and cfg.health.spares is not None:
+            # lent once the acceptance proved the nodes (and opened the partitions they draw from)
+            self.spares = HealthSpares("health-spares", site, cfg.health.spares,
+                                       after=[self.acceptance.fleet] if self.acceptance.fleet else after,
+                                       opts=child).outputs
         self.register_outputs({"summary": self.summary})
 
     def built(self) -> list[Exports]:
         """The admission and every layer built, in the order the stack exports them."""
         return [x for x in (self.admission, self.storage, self.gpu, self.model, self.k3s, self.slurm,
-                            self.accounting, self.tenancy, self.web, self.guards, self.health, self.acceptance)
+                            self.accounting, self.tenancy, self.web, self.guards, self.health, self.acceptance,
+                            self.spares)
                 if x is not None]

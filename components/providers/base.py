@@ -92,7 +92,9 @@ class HostProvider(ResourceProvider):
         """Raise PlanRefused for a change this kind will not make (in diff: before anything runs)."""
 
     def replaces(self, olds: Props, news: Props) -> list[str]:
-        """The input fields whose change makes this another object."""
+        """The input fields whose change makes this another object (the stack's recorded value: a
+        refresh may have put what the host shows under the same key)."""
+        olds = recorded_inputs(olds)
         return sorted(k for k in self.replace_on if olds.get(k) != news.get(k))
 
     def drifted(self, olds: Props, news: Props) -> bool:

@@ -10,7 +10,10 @@ reboot loop is an outage: the number of reboots the check may ask for a day is b
   files the stack ships that way (a Payload of the health layer), not any path on the node;
 - `validate_reboots_bounded` (stack): `gpu-fleet:health.max_reboots_per_day` is at most
   MAX_REBOOTS_PER_DAY, and slurm.conf bounds the wait for a rebooting node (ResumeTimeout) when
-  it sets a RebootProgram.
+  it sets a RebootProgram;
+- `validate_spares_kept_spare` (stack): a spare (`gpu-fleet:health.spares.nodes`) is in no
+  Default=YES partition of slurm.conf, and its NodeName line weighs more than every other node's
+  (a spare used like any node is no spare when one is needed).
 
 The constants mirror components/layers/health (tests/policy/test_health_policies.py holds them equal).
 """
@@ -106,3 +109,37 @@ def validate_reboots_bounded(args, report_violation) -> None:
             report_violation(f"{res.describe('File', P.path_of(res.props))} sets RebootProgram but no "
                              "ResumeTimeout: how long slurmctld waits for a rebooting node is unbounded "
                              "(set gpu-fleet:health.reboot_timeout_s).", None)
+
+
+def _weight(node: dict[str, str]) -> int:
+    w = P.as_int(node.get("weight"))
+    return 1 if w is None else w
+
+
+def validate_spares_kept_spare(args, report_violation) -> None:
+    cfg = stackconfig.get() or {}
+    health = cfg.get("health")
+    spares = (health.get("spares") or {}) if isinstance(health, dict) and health.get("enabled") else {}
+    names = {str(n) for n in (spares.get("nodes") or [])} if isinstance(spares, dict) else set()
+    if not names:
+        return
+    for r in stack_resources(args, P.FILE):
+        path = P.path_of(r.props) or ""
+        content = file_content(r) if path.rsplit("/", 1)[-1] == "slurm.conf" else None
+        if content is None:
+            continue
+        conf = parse(content)
+        where = r.describe("File", path)
+        for part in conf.entities:
+            if "partitionname" in part and part.get("default", "").upper() == "YES":
+                inside = sorted(names & set(part.get("nodes", "").split(",")))
+                if inside:
+                    report_violation(f"{where}: the spares {inside} are in the default partition "
+                                     f"{part['partitionname']}: every job without -p may take them. Keep spares "
+                                     "out of the default partition (gpu-fleet:slurm.partitions).", None)
+        nodes = conf.nodes()
+        others = [_weight(n) for n in nodes if n["nodename"] not in names]
+        for n in nodes:
+            if n["nodename"] in names and others and _weight(n) <= max(others):
+                report_violation(f"{where}: the spare {n['nodename']} has Weight={_weight(n)}, not more than "
+                                 f"another node's ({max(others)}): the scheduler would use it like any node.", None)

@@ -171,6 +171,10 @@ _SPECS = [
      "The health loop's reboots are bounded: at most 6 a node a day, and a ResumeTimeout wherever slurm.conf "
      "sets a RebootProgram.",
      health.validate_reboots_bounded, Severity.HIGH),
+    ("health-spares-kept-spare", "stack",
+     "A hot spare is in no default partition and weighs more than every other node in slurm.conf: no job "
+     "takes it before it is needed.",
+     health.validate_spares_kept_spare, Severity.HIGH),
     ("tenancy-team-qos-bounds-gpus", "stack",
      "Every QOS a team account uses as its DefaultQOS bounds the team's GPUs: GrpTRES sets gres/gpu=<n>.",
      tenancy.validate_team_qos_bounds, Severity.HIGH),

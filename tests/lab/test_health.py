@@ -32,6 +32,7 @@ INTERVAL = 5
 #: where Debian's slurmd.service reads SLURMD_OPTIONS
 SLURMD_DEFAULTS = "/etc/default/slurmd"
 QUARANTINE = "gpu-fleet-quarantine"
+SPARE_RESERVATION = "train"
 #: TEST DOUBLE of a GPU whose fault survives a power cycle: a unit that logs the XID again at every
 #: boot, before slurmd starts (and so before its first health check)
 BROKEN_GPU_UNIT = f"""[Unit]
@@ -106,9 +107,10 @@ def restore_gpus(node: str) -> None:
     ssh(node, f"if [ -e {FAKE}.all ]; then mv -f {FAKE}.all {FAKE}; fi")
 
 
-def set_sections(proj: PulumiProject, on: bool) -> None:
+def set_sections(proj: PulumiProject, on: bool, spares: bool = False) -> None:
     """The guards and the health check on (or their sections gone), written into the stack file
-    at once (a `config set` a key costs ~1 s of CI)."""
+    at once (a `config set` a key costs ~1 s of CI). `spares`: node3 a spare, out of the default
+    partition `lab` and in `reserve`, from which the reservation SPARE_RESERVATION holds two nodes."""
     path = proj.dir / "stacks" / "Pulumi.lab.yaml"
     doc = yaml.safe_load(path.read_text())
     for key in ("gpu-fleet:guards", "gpu-fleet:health"):
@@ -117,6 +119,13 @@ def set_sections(proj: PulumiProject, on: bool) -> None:
         doc["config"]["gpu-fleet:guards"] = {"enabled": True, "interval_s": 1, "kernel_log": KMSG}
         doc["config"]["gpu-fleet:health"] = {"enabled": True, "interval_s": INTERVAL, "kernel_log": KMSG,
                                              "max_reboots_per_day": 2, "reboot_timeout_s": 180}
+    partitions = [{"name": "lab", "nodes": NODES, "default": True}]
+    if on and spares:
+        partitions = [{"name": "lab", "nodes": ["node1", "node2"], "default": True},
+                      {"name": "reserve", "nodes": NODES}]
+        doc["config"]["gpu-fleet:health"]["spares"] = {"nodes": ["node3"], "reservations": [
+            {"name": SPARE_RESERVATION, "partition": "reserve", "node_count": 2, "users": ["fleetcanary"]}]}
+    doc["config"]["gpu-fleet:slurm"]["partitions"] = partitions
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
 
 
@@ -137,6 +146,7 @@ def finish(proj: PulumiProject) -> None:
     for n in NODES:
         restore_gpus(n)
     ssh("ctl", f"scontrol delete ReservationName={QUARANTINE}", check=False)
+    ssh("ctl", "scontrol update NodeName=node2 State=RESUME", check=False)
     ssh("node2", f"rm -f {SLURMD_DEFAULTS}; systemctl restart slurmd", check=False)
 
 
@@ -274,3 +284,44 @@ def test_a_manual_resume_of_a_failing_node_is_drained_again_within_one_interval(
     st = wait_state("node3", lambda s: "DRAIN" not in s[0] or not s[1].startswith("gpu-fleet health:"),
                     3 * INTERVAL + 10, "resumed by the check")
     assert "DRAIN" not in st[0], st
+
+
+def reservation_nodes(name: str) -> list[str]:
+    out = ssh("ctl", f"scontrol show reservation {name} -o").stdout
+    nodes = out.split(" Nodes=", 1)[1].split()[0]
+    return ssh("ctl", f"scontrol show hostnames {nodes}").stdout.split()
+
+
+def test_a_spare_stands_in_for_node2_in_a_lent_reservation(healthy):
+    """node3 a spare: Weight and out of the default partition; the reservation takes node1 and
+    node2; node2 drained by an admin (nobody's to resume but the admin's), Slurm gives the
+    reservation node3 instead, and a refresh says so without changing anything."""
+    set_sections(healthy, True, spares=True)
+    up(healthy)
+    assert "Weight=1000 " in ssh("ctl", "scontrol show node node3 -o").stdout
+    assert reservation_nodes(SPARE_RESERVATION) == ["node1", "node2"]
+    assert "Flags=REPLACE_DOWN" in ssh("ctl", f"scontrol show reservation {SPARE_RESERVATION} -o").stdout
+    lent = json.loads(healthy.run("stack", "output", "spares", "--json", "--stack", "lab").stdout)
+    assert lent == {SPARE_RESERVATION: {"nodes": ["node1", "node2"], "lent_from": ["node1", "node2"],
+                                        "standing_in": {}}}, lent
+    ssh("ctl", "scontrol update NodeName=node2 State=DRAIN Reason='admin: fan replaced'")
+    t0 = time.monotonic()
+    while reservation_nodes(SPARE_RESERVATION) != ["node1", "node3"]:
+        assert time.monotonic() - t0 < 150, (reservation_nodes(SPARE_RESERVATION),
+                                             ssh("ctl", "tail -n 15 /var/log/slurm/slurmctld.log").stdout)
+        time.sleep(2)
+    print(f"the spare stood in after {time.monotonic() - t0:.0f} s")
+    # a job of the reservation's user runs on the spare
+    jid = ssh("ctl", f"cd /tmp && runuser -u fleetcanary -- sbatch --parsable --reservation={SPARE_RESERVATION} "
+                     "-p reserve -w node3 -t 5 -c 1 --mem=64 --wrap 'sleep 30'").stdout.strip().split(";")[0]
+    wait_job(jid, "RUNNING")
+    ssh("ctl", f"scancel {jid}")
+    healthy.log.unlink(missing_ok=True)
+    p = healthy.run("up", "--yes", "--stack", "lab", "--skip-preview", "--refresh", "--expect-no-changes",
+                    check=False, timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:]
+    assert [c for c in command_log(healthy.log) if c["mutating"]] == []
+    lent = json.loads(healthy.run("stack", "output", "spares", "--json", "--stack", "lab").stdout)
+    assert lent[SPARE_RESERVATION]["standing_in"] == {"node3": "node2"}, lent
+    # the admin's drain is left alone by the health check
+    assert node_state("node2")[1] == "admin: fan replaced"

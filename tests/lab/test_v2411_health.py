@@ -16,6 +16,7 @@ from .test_health import (  # noqa: F401  collected here, with this module's `he
     test_an_xid_reboots_node2_through_slurm_and_it_comes_back_with_no_human_step,
     test_a_fault_that_survives_the_reboot_puts_node2_in_quarantine,
     test_a_manual_resume_of_a_failing_node_is_drained_again_within_one_interval,
+    test_a_spare_stands_in_for_node2_in_a_lent_reservation,
 )
 
 
@@ -31,4 +32,6 @@ def healthy(release24):
         finish(proj)
         set_sections(proj, False)
         up(proj)
-        assert "HealthCheckProgram" not in ssh("ctl", "cat /etc/slurm/slurm.conf").stdout
+        conf = ssh("ctl", "cat /etc/slurm/slurm.conf").stdout
+        assert "HealthCheckProgram" not in conf and "Weight=" not in conf
+        assert ssh("ctl", "scontrol show reservation train", check=False).returncode != 0

@@ -12,6 +12,8 @@ from components.layers.health import render
 from components.layers.slurm.render import render_slurm_conf
 from components.layers.slurm.scheduling import Scheduling
 from tests.conftest import stack_config
+from tests.unit.health.test_spares import SPARES, conf_of, three_nodes
+from components.layers.health.config import SPARE_WEIGHT
 
 from gpu_fleet_policies import health, relax, stackconfig
 from gpu_fleet_policies.pack import DESCRIPTIONS, VALIDATORS, declared_levels
@@ -41,7 +43,8 @@ def slurm_conf(**health_over) -> str:
 
 
 def test_registered_and_mirrors_the_layer():
-    for name in ("health-programs-root-only", "health-programs-shipped", "health-reboots-bounded"):
+    for name in ("health-programs-root-only", "health-programs-shipped", "health-reboots-bounded",
+                 "health-spares-kept-spare"):
         assert DESCRIPTIONS[name] and declared_levels()[name] == "mandatory"
     assert VALIDATORS["health-programs-root-only"] is health.validate_programs_root_only
     assert (health.HEALTHCHECK, health.REBOOT, health.CONFIG) == (render.HEALTHCHECK, render.REBOOT, render.CONFIG)
@@ -105,3 +108,24 @@ def test_reboots_are_bounded():
     stackconfig.configure({"gpu-fleet:health": {"enabled": True, "max_reboots_per_day": 12}})
     got = violations(health.validate_reboots_bounded, stack_args(conf_resource(text)))
     assert len(got) == 1 and "max_reboots_per_day is 12" in got[0], got
+
+
+# ---- spares --------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def spares_config():
+    stackconfig.configure({"gpu-fleet:health": {"enabled": True, "spares": SPARES}})
+
+
+def test_the_spares_policy_passes_the_layers_slurm_conf(spares_config):
+    assert violations(health.validate_spares_kept_spare, stack_args(conf_resource(conf_of(three_nodes())))) == []
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda c: c.replace("Nodes=gpu01,gpu02 Default=YES", "Nodes=gpu01,gpu02,gpu03 Default=YES"),
+     "the spares ['gpu03'] are in the default partition canary"),
+    (lambda c: c.replace(f" Weight={SPARE_WEIGHT}", ""), "the spare gpu03 has Weight=1, not more than another"),
+])
+def test_the_spares_policy_fails_a_spare_used_like_any_node(spares_config, edit, words):
+    found = violations(health.validate_spares_kept_spare, stack_args(conf_resource(edit(conf_of(three_nodes())))))
+    assert len(found) == 1 and words in found[0], found

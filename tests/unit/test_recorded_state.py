@@ -40,6 +40,7 @@ import pytest
 
 import components
 from components.errors import FleetError
+from components.layers.health.reservation import LentReservationProvider
 from components.layers.storage.datasets import ZfsDatasetsProvider, marker_text
 from components.providers import base
 from components.providers import file as file_module
@@ -397,6 +398,19 @@ def _sacct_bundle_case(tmp_path: Path, monkeypatch) -> tuple[dict, CannedHost]:
     return props, CannedHost(monkeypatch, display(SacctObjectsProvider().probe_argv(props)), answers)
 
 
+def _reservation_case(tmp_path: Path, monkeypatch) -> tuple[dict, CannedHost]:
+    """The health layer's lent reservation; partly: made by hand with one node and no REPLACE_DOWN."""
+    props = {"conn": CONN, "name": "train", "partition": "reserve", "node_count": 2, "users": ["alice"],
+             "accounts": [], "spares": ["node3"], "nodes": None, "standing_in": None, "lent_from": None}
+
+    def show(nodes: str, count: int, flags: str) -> str:
+        return (f"ReservationName=train StartTime=2026-12-06T03:00:00 Nodes={nodes} NodeCnt={count} "
+                f"PartitionName=reserve Flags={flags} Users=alice Accounts=(null) State=ACTIVE\n== hostnames\n"
+                + "".join(f"{n}\n" for n in ("node1", "node2")[:count]))
+    answers = {"absent": "absent\n", "partly": show("node1", 1, "SPEC_NODES"), "there": show("node[1-2]", 2, "REPLACE_DOWN")}
+    return props, CannedHost(monkeypatch, display(LentReservationProvider().probe_argv(props)), answers)
+
+
 CASES: dict[type, Case] = {
     FileProvider: Case(_file_case),
     # extra: re-imaged with the host's own original back at the path, its backup gone
@@ -412,6 +426,7 @@ CASES: dict[type, Case] = {
     SystemdUnitProvider: Case(_unit_case),
     SacctObjectProvider: Case(_sacct_case),
     SacctObjectsProvider: Case(_sacct_bundle_case),
+    LentReservationProvider: Case(_reservation_case),
 
     ZfsDatasetsProvider: Case(_zfs_case, extra_states=("pool-gone",),
                               refused={"pool-gone": "pool 'ai' is not imported"}),

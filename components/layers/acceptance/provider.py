@@ -102,10 +102,11 @@ class FleetAcceptanceProvider(RolloutCheck):
         if todo:
             munge_gate(conn, [SshTarget.from_dict(props["node_conns"][n]) for n in todo], props["partitions"])
             # the nodes under judgement take no one else's job, also once a node this layer drained
-            # before is resumed to be judged again
+            # before is resumed to be judged again; OVERLAP: a node may stand in a reservation the
+            # stack lends (the health layer's spares) and is judged all the same
             conn.run(["scontrol", "delete", f"ReservationName={RESERVATION}"], mutating=True, check=False)
             conn.run(["scontrol", "create", f"ReservationName={RESERVATION}", f"Users={props['user']}",
-                      f"Nodes={','.join(todo)}", "StartTime=now", "Duration=UNLIMITED", "Flags=IGNORE_JOBS"],
+                      f"Nodes={','.join(todo)}", "StartTime=now", "Duration=UNLIMITED", "Flags=IGNORE_JOBS,OVERLAP"],
                      mutating=True)
             try:
                 results.update(self._node_jobs(conn, props, todo))

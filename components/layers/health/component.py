@@ -12,9 +12,13 @@ After the Slurm layer (and the guards):
 - `HealthReport` on the controller: every node's Slurm state and reason and its last result,
   read again on refresh (the stack output `health`).
 
-The slurm.conf lines (render.slurm_lines) reach the Slurm layer through `Fleet`. Rollback removes
-the check, its config and its reboot program; the nodes it drained stay drained, the quarantine
-reservation stays (an admin lifts it), the event log and reboot counts stay.
+After the acceptance (its nodes proven before they are lent):
+- `LentReservation` per reservation of `spares` (reservation.py), and the stack output `spares`.
+
+The slurm.conf lines (render.slurm_lines, and the spares' Weight) reach the Slurm layer through
+`Fleet`. Rollback removes the check, its config and its reboot program, and the lent reservations
+it created; the nodes it drained stay drained, the quarantine reservation stays (an admin lifts
+it), the event log and reboot counts stay.
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ from ...providers import CommandWithVerify, File
 from ...providers.payload import Payload, sha256_file
 from ...config.hosts import NodeSpec
 from ...site import Site
-from .config import HealthLayer
+from .config import HealthLayer, Spares
 from .render import CONFIG, HEALTHCHECK, REBOOT, RESULT, STATE_DIR, render_config
 from .report import HealthReport
+from .reservation import LentReservation
 
 ONHOST = Path(__file__).with_name("onhost")
 SOURCE = ONHOST / "healthcheck.py"
@@ -124,4 +129,29 @@ class HealthChecks(pulumi.ComponentResource):
             triggers={"check": code, "interval": h.interval_s},
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(checks.values())))
         self.outputs = HealthCheckOutputs(checks=checks, report=report)
+        self.register_outputs({})
+
+
+@dataclass(frozen=True)
+class SpareOutputs:
+    reservations: dict[str, LentReservation]
+
+    def exports(self) -> dict[str, pulumi.Input]:
+        out = {name: pulumi.Output.all(r.nodes, r.lent_from, r.standing_in).apply(
+            lambda v: {"nodes": v[0], "lent_from": v[1], "standing_in": v[2]})
+            for name, r in self.reservations.items()}
+        return {"spares": out}
+
+
+class HealthSpares(pulumi.ComponentResource):
+    """The reservations the spares stand in for, once the acceptance proved the nodes."""
+
+    def __init__(self, name: str, site: Site, spares: Spares, after: Sequence[pulumi.Resource],
+                 opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-fleet:health:HealthSpares", name, None, opts)
+        ctl = site.conn(site.hosts.controller)
+        self.outputs = SpareOutputs(reservations={r.name: LentReservation(
+            f"reservation-{r.name}", conn=ctl, reservation=r.name, partition=r.partition, node_count=r.node_count,
+            users=list(r.users), accounts=list(r.accounts), spares=list(spares.nodes),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(after))) for r in spares.reservations})
         self.register_outputs({})

@@ -1,13 +1,13 @@
-"""The node health layer's config: the check slurmd runs, reboot to recover, quarantine."""
+"""The node health layer's config: the check slurmd runs, reboot to recover, quarantine, spares."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Union
+from typing import TYPE_CHECKING, Literal, Optional, Union
 
 from pydantic import Field, field_validator
 
 from ...config.project import PROJECT
-from ...config.types import HostName, RemotePath, Strict
+from ...config.types import HostName, RemotePath, Strict, UserName
 
 if TYPE_CHECKING:
     from ...config.fleet import FleetConfig
@@ -18,6 +18,31 @@ Kind = Literal["xid", "gpus", "mounts", "guard"]
 
 #: the most reboots a day a stack may allow a node before quarantine (policy: bounded)
 MAX_REBOOTS_PER_DAY = 6
+
+
+#: a spare's node Weight (Slurm's default is 1): the scheduler and a new reservation take it last
+SPARE_WEIGHT = 1000
+
+
+class LentReservation(Strict):
+    """A standing reservation the stack keeps (`Flags=REPLACE_DOWN`): Slurm picks its nodes from
+    `partition` (spares last, by their Weight) and, when one of them goes down or drained, takes a
+    free node of the partition in its place: a spare, since nothing else is left idle for long."""
+
+    name: HostName
+    partition: HostName
+    #: nodes it holds (NodeCnt: Slurm replaces nodes only in a reservation that names a count)
+    node_count: int = Field(ge=1)
+    users: list[UserName] = Field(default_factory=list)
+    accounts: list[HostName] = Field(default_factory=list)
+
+
+class Spares(Strict):
+    """Hot spares: idle nodes, out of every default partition, with a high Weight, that a lent
+    reservation takes when one of its nodes goes down or drained."""
+
+    nodes: list[HostName] = Field(min_length=1)
+    reservations: list[LentReservation] = Field(min_length=1)
 
 
 class HealthLayer(Strict):
@@ -42,6 +67,8 @@ class HealthLayer(Strict):
     #: where the kernel's messages are read (as guards.kernel_log): `journal` on a real node, a
     #: file only for a test double
     kernel_log: Union[Literal["journal"], RemotePath] = "journal"
+    #: hot spares and the reservations they stand in for (none: no spares)
+    spares: Optional[Spares] = None
 
     @field_validator("reboot_on")
     @classmethod
@@ -65,4 +92,43 @@ def check(cfg: FleetConfig) -> list[str]:
     if cfg.guards.enabled and cfg.guards.kernel_log != h.kernel_log:
         problems.append(f"{where}.kernel_log: {h.kernel_log!r} is not the guards' ({cfg.guards.kernel_log!r}): "
                         "the guard and the health check must read the same kernel log")
+    if h.spares is not None:
+        problems += _spare_problems(cfg, f"{where}.spares")
     return problems
+
+
+def _spare_problems(cfg: FleetConfig, where: str) -> list[str]:
+    """Spares are Slurm nodes outside every default partition; a lent reservation draws from a
+    partition that holds a spare and enough other nodes; someone may use it."""
+    assert cfg.health.spares is not None
+    sp, out = cfg.health.spares, []
+    spares = set(sp.nodes)
+    in_slurm = {n.name for n in cfg.slurm_nodes()}
+    parts = {p.name: p for p in cfg.slurm.partitions}
+    for i, n in enumerate(sp.nodes):
+        if n not in in_slurm:
+            out.append(f"{where}.nodes[{i}]: {n!r} is not a node Slurm runs on (a partition's, owned by slurm)")
+        for p in cfg.slurm.partitions:
+            if p.default and n in p.nodes:
+                out.append(f"{where}.nodes[{i}]: {n!r} is in the default partition {p.name!r}: a spare takes no "
+                           "job a user did not aim at it; take it out of that partition")
+    seen: set[str] = set()
+    for i, r in enumerate(sp.reservations):
+        at = f"{where}.reservations[{i}]"
+        if r.name in seen or r.name == cfg.health.quarantine_reservation:
+            out.append(f"{at}.name: {r.name!r} is used twice (a reservation or the quarantine's)")
+        seen.add(r.name)
+        part = parts.get(r.partition)
+        if part is None:
+            out.append(f"{at}.partition: {r.partition!r} is not one of slurm.partitions")
+            continue
+        if not spares & set(part.nodes):
+            out.append(f"{at}.partition: {r.partition!r} holds none of the spares {sorted(spares)}: "
+                       "none could stand in for its nodes")
+        regular = [n for n in part.nodes if n not in spares]
+        if r.node_count > len(regular):
+            out.append(f"{at}.node_count: {r.node_count} is more than the {len(regular)} nodes of {r.partition!r} "
+                       "that are not spares: it would hold a spare from the start")
+        if not (r.users or r.accounts):
+            out.append(f"{at}: name its users or accounts: Slurm creates no reservation nobody may use")
+    return out

@@ -6,7 +6,7 @@ import json
 from typing import Any, Mapping, Optional, Sequence
 
 from ...config.hosts import NodeSpec
-from .config import HealthLayer
+from .config import SPARE_WEIGHT, HealthLayer
 
 HEALTHCHECK = "/opt/gpu-fleet/bin/gpu-fleet-healthcheck"
 REBOOT = "/opt/gpu-fleet/bin/gpu-fleet-reboot"
@@ -52,3 +52,8 @@ def slurm_lines(h: HealthLayer) -> tuple[str, ...]:
     return (f"HealthCheckProgram={HEALTHCHECK}", f"HealthCheckInterval={h.interval_s}",
             f"HealthCheckNodeState={h.node_state}", f"RebootProgram={REBOOT}",
             f"ResumeTimeout={h.reboot_timeout_s}")
+
+
+def spare_weights(h: HealthLayer) -> dict[str, int]:
+    """slurm.conf: each spare's node Weight (the scheduler and a new reservation take it last)."""
+    return {n: SPARE_WEIGHT for n in h.spares.nodes} if h.spares else {}

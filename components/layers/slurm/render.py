@@ -94,13 +94,15 @@ def render_slurm_conf(s: SlurmLayer, ctl: HostSpec, partition_nodes: list[NodeSp
     if scheduling.lines:
         lines += ["", f"# {scheduling.title}", *scheduling.lines]
     lines += ["", "# nodes"]
-    for n in members:
+    # lightest first: Slurm 22.05 fills a new reservation in node order, 24.11 by Weight
+    for n in sorted(members, key=lambda m: scheduling.weights.get(m.name, 1)):
         gres = gres_of(n, scheduling.shards_per_gpu)
         features = scheduling.features.get(n.name)
+        weight = scheduling.weights.get(n.name)
         lines.append(
             f"NodeName={n.name} NodeAddr={n.address} CPUs={n.cpus} RealMemory={n.real_memory_mib}"
             + (f" Gres={gres}" if gres else "") + (f" Features={','.join(features)}" if features else "")
-            + " State=UNKNOWN"
+            + (f" Weight={weight}" if weight else "") + " State=UNKNOWN"
         )
     lines += ["", "# partitions"]
     # Fail closed: production partitions start INACTIVE and only a passing acceptance run

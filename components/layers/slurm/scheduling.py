@@ -22,9 +22,11 @@ class Scheduling:
     files: Mapping[str, str] = field(default_factory=dict)
     #: GPU shards (gres/shard) on each GPU: a GRES type, counted and accounted
     shards_per_gpu: int = 0
+    #: node -> its Weight (NodeName ... Weight=; Slurm's default 1): heavier nodes are used last
+    weights: Mapping[str, int] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.lines or self.features or self.files or self.shards_per_gpu)
+        return bool(self.lines or self.features or self.files or self.shards_per_gpu or self.weights)
 
     def __add__(self, other: Scheduling) -> Scheduling:
         """Two layers' additions in one: the second's lines under its own title."""
@@ -37,7 +39,8 @@ class Scheduling:
         return Scheduling(title=self.title if self.lines else other.title,
                           lines=(*self.lines, *(("", f"# {other.title}") if self.lines else ()), *other.lines),
                           features=feats, files={**self.files, **other.files},
-                          shards_per_gpu=self.shards_per_gpu or other.shards_per_gpu)
+                          shards_per_gpu=self.shards_per_gpu or other.shards_per_gpu,
+                          weights={**self.weights, **other.weights})
 
 
 #: what a stack without such a layer adds: nothing
