@@ -1,0 +1,6 @@
+"""Code that runs on the nodes inside the workload's Slurm jobs, never in the program: `gates.py`
+judges a film with the runtime's pinned ffmpeg and ffprobe (it travels in the runtime archive).
+
+Python 3 and its standard library only; nothing from `components`, `lab` or `policies`
+(tests/unit/test_imports.py checks it).
+"""
