@@ -92,10 +92,9 @@ fi
 # systemd-nspawn hosts need debootstrap, nspawn itself, zstd for the cached image,
 # an ssh client, dpkg-scanpackages for the hosts' local apt repository and ip(8).
 # The tests need shellcheck (tests/unit/test_shell_scripts.py checks every *.sh) and chromium
-# (headless: the web layer's page rendered through an SSH tunnel, tests/lab/test_v2411_web.py)
-# and ffmpeg (the workload's media gates judge real films, tests/unit/workload/test_gates.py).
+# (headless: the web layer's page rendered through an SSH tunnel, tests/lab/test_v2411_web.py).
 # Installed only as root where apt-get exists; apt-get update only when one is missing.
-LAB_PKGS="debootstrap systemd-container zstd openssh-client dpkg-dev iproute2 chromium ffmpeg"
+LAB_PKGS="debootstrap systemd-container zstd openssh-client dpkg-dev iproute2 chromium"
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
   missing=()
   for p in $LAB_PKGS; do

@@ -1,6 +1,7 @@
 """The workload's media gates (issue 37, item 4): the parsers on ffmpeg's and ffprobe's own text,
-and the gates as a process over real films Debian's ffmpeg makes here from a pure function of
-time (a moving sine grating and a 440 Hz tone: STAND-IN for the video model's output). A good film
+and the gates as a process over real films made from a pure function of time (a moving sine
+grating and a 440 Hz tone: STAND-IN for the video model's output), by the static FFmpeg 7.0.2 the
+runtime pins (imageio-ffmpeg's, a pinned requirement): the gates' own tool. A good film
 passes every gate; each of the seed's failures is refused by the gate that names it: 717 frames
 (R4), clone-padded 720 frames (R5: motion), a skipped frame, a black stretch, a silent one.
 """
@@ -8,17 +9,17 @@ passes every gate; each of the seed's failures is refused by the gate that names
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import imageio_ffmpeg
 import pytest
 
 from components.layers.workload.onhost import gates as g
 
 GATES = Path(g.__file__)
-FFMPEG, FFPROBE = shutil.which("ffmpeg"), shutil.which("ffprobe")
+FFMPEG = imageio_ffmpeg.get_ffmpeg_exe()
 W, H, FPS, SECONDS = 160, 90, 24, 30
 #: the grating moves a third of its period a second: every frame differs from the one before
 MOVING = "128+90*sin(2*PI*(X/W+N/72))"
@@ -27,12 +28,22 @@ TONE = "sine=f=440:r=32000:d=30"
 
 # ---- parsers ---------------------------------------------------------------------------------
 
-def test_the_video_stream_and_its_rate():
-    doc = {"streams": [{"width": 1920, "height": 1080, "r_frame_rate": "24/1", "nb_read_frames": "717"}]}
-    assert g.parse_video_stream(doc) == {"frames": 717, "width": 1920, "height": 1080, "fps": 24.0}
-    assert g.parse_rate("24000/1001") == pytest.approx(23.976, abs=1e-3)
-    with pytest.raises(g.GateError, match="no video stream"):
-        g.parse_video_stream({"streams": []})
+SHOWINFO = """[Parsed_showinfo_0 @ 0x7f] config in time_base: 1/12288, frame_rate: 24/1
+[Parsed_showinfo_0 @ 0x7f] config out time_base: 0/0, frame_rate: 0/0
+[Parsed_showinfo_0 @ 0x7f] n:   0 pts:      0 pts_time:0       duration:    512 duration_time:0.0416667 \
+fmt:yuv420p cl:left sar:1/1 s:1216x768 i:P iskey:1 type:I checksum:0DAC17A0 mean:[128 128 128]
+[Parsed_showinfo_0 @ 0x7f]   side data - H.26[45] User Data Unregistered SEI message
+[Parsed_showinfo_0 @ 0x7f] n:   1 pts:    512 pts_time:0.0416667 duration:    512 duration_time:0.0416667 \
+fmt:yuv420p cl:left sar:1/1 s:1216x768 i:P iskey:0 type:P checksum:1DAC17A0 mean:[128 128 128]
+"""
+
+
+def test_showinfo_gives_the_frames_their_pts_and_the_geometry_really_decoded():
+    v = g.parse_showinfo(SHOWINFO)
+    assert (v["frames"], v["width"], v["height"], v["fps"], v["pts"]) == (2, 1216, 768, 24.0, [0, 512])
+    assert v["time_base"] == 1 / 12288 and v["sizes"] == ["1216x768"]
+    with pytest.raises(g.GateError, match="saw no video frame"):
+        g.parse_showinfo("[Parsed_showinfo_0 @ 0x7f] config in time_base: 1/12288, frame_rate: 24/1\n")
 
 
 def test_pts_gaps_name_the_frame():
@@ -40,11 +51,14 @@ def test_pts_gaps_name_the_frame():
     assert g.pts_gaps([0, 512, 1536, 2048], 512) == ["frame 2: pts 1536 after 512 (step 1024, want 512)"]
 
 
-def test_the_audio_end_is_the_last_packets_end():
-    doc = {"streams": [{"time_base": "1/32000"}],
-           "packets": [{"pts": "-1024", "duration": "1024"}, {"pts": "958976", "duration": "1024"},
-                       {"pts": "957952", "duration": "1024"}]}
-    assert g.audio_end(doc) == (960000, 32000)
+def test_the_audio_end_is_the_last_packets_end_as_framecrc_lists_them():
+    text = ("#software: Lavf61.1.100\n#tb 0: 1/32000\n#media_type 0: audio\n"
+            "0,      -1024,      -1024,     1024,      519, 0x9763ff55, F=0x5, S=1,       10\n"
+            "0,     958464,     958464,     1024,      441, 0x0a0b0c0d\n"
+            "0,     959488,     959488,      512,      439, 0xf9e5c060\n")
+    assert g.parse_framecrc(text) == (960000, 32000)
+    with pytest.raises(g.GateError, match="no audio packet"):
+        g.parse_framecrc("#tb 0: 1/32000\n")
 
 
 def test_ssim_ebur128_and_detectors_from_ffmpegs_own_text():
@@ -77,7 +91,6 @@ def test_motion_outliers_find_one_frozen_or_skipped_frame_and_spare_stills():
 # ---- the gates on real films ---------------------------------------------------------------------
 
 def film(tmp_path: Path, name: str, lum: str = MOVING, seconds: float = SECONDS, audio: str = TONE) -> Path:
-    assert FFMPEG and FFPROBE, "ffmpeg and ffprobe are needed (scripts/setup.sh installs Debian's)"
     out = tmp_path / f"{name}.mp4"
     subprocess.run([FFMPEG, "-hide_banner", "-loglevel", "error", "-y",
                     "-f", "lavfi", "-i", f"color=c=gray:s={W}x{H}:r={FPS}:d={seconds},format=yuv420p,"
@@ -88,7 +101,7 @@ def film(tmp_path: Path, name: str, lum: str = MOVING, seconds: float = SECONDS,
 
 
 def spec(tmp_path: Path, **over) -> Path:
-    doc = {"ffmpeg": FFMPEG, "ffprobe": FFPROBE, "frames": FPS * SECONDS, "width": W, "height": H, "fps": FPS,
+    doc = {"ffmpeg": FFMPEG, "frames": FPS * SECONDS, "width": W, "height": H, "fps": FPS,
            "duration_s": SECONDS, "audio_rate": 32000, "joins": [240, 480], "anchors": [],
            "thresholds": {"join_ssim": 0.97, "endpoint_ssim": 0.99, "motion_low": 0.3, "motion_high": 1.7,
                           "motion_min": 0.5, "black_s": 0.5, "silence_db": -50, "silence_s": 0.1,
@@ -158,5 +171,5 @@ def test_black_and_silent_stretches_fail_their_gates(tmp_path):
 
 
 def test_a_tool_that_cannot_run_is_a_clear_error(tmp_path):
-    rc, res, text = judge(tmp_path, film(tmp_path, "good"), ffprobe=str(tmp_path / "no-ffprobe"))
-    assert rc == 3 and res == {} and "no-ffprobe" in text
+    rc, res, text = judge(tmp_path, film(tmp_path, "good"), ffmpeg=str(tmp_path / "no-ffmpeg"))
+    assert rc == 3 and res == {} and "no-ffmpeg" in text

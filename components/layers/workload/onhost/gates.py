@@ -1,16 +1,19 @@
 #!/usr/bin/python3
 """gpu-fleet media gates: what a film must prove before it is published (issue 37, the seed's R0-R6).
 
-Run on a node inside the QA job, with the runtime's pinned ffmpeg and ffprobe by absolute path
-(never the batch PATH's: the seed's R0 had none): `gates.py SPEC.json FILM.mp4 OUT.json`. Each
-gate runs one ffmpeg or ffprobe, captures its whole output first and only then parses it (the
-seed's R2: `grep -q` under pipefail killed the producer with SIGPIPE), and records its figure:
+Run on a node inside the QA job, with the runtime's pinned ffmpeg by absolute path (never the
+batch PATH's: the seed's R0 had none): `gates.py SPEC.json FILM.mp4 OUT.json`. ffmpeg alone
+answers every gate (a static build ships no ffprobe): each gate runs it once, captures its whole
+output first and only then parses it (the seed's R2: `grep -q` under pipefail killed the producer
+with SIGPIPE), and records its figure:
 
-- `frames`: the decoded frame count (`ffprobe -count_frames`) is the declared one (717 is not 720);
+- `frames`: the decoded frame count (the `showinfo` filter's lines) is the declared one (717 is
+  not 720);
 - `pts`: presentation timestamps continuous, one frame duration apart;
 - `geometry`: width, height and frame rate as declared;
 - `decode`: a strict full decode of video and audio (`ffmpeg -xerror`) ends cleanly;
-- `audio_end`: the last audio packet ends at the declared tick (960,000 at 32 kHz for 30 s);
+- `audio_end`: the last audio packet ends at the declared tick (960,000 at 32 kHz for 30 s; the
+  packets as the `framecrc` muxer lists them, copied, not decoded);
 - `joins`: SSIM between the two frames of every join at least the stack's threshold;
 - `endpoints`: SSIM of each declared frame against its frozen anchor image;
 - `motion`: no single frame frozen or skipped (per-frame difference against its neighbours: a
@@ -53,14 +56,23 @@ def parse_rate(text: str) -> float:
     return float(num) / float(den or 1)
 
 
-def parse_video_stream(doc: dict) -> dict[str, Any]:
-    """`ffprobe -count_frames -show_entries stream=... -of json` of the video stream."""
-    streams = doc.get("streams") or []
-    if not streams:
-        raise GateError("ffprobe found no video stream")
-    s = streams[0]
-    return {"frames": int(s.get("nb_read_frames") or 0), "width": int(s["width"]), "height": int(s["height"]),
-            "fps": round(parse_rate(s.get("r_frame_rate", "0/1")), 6)}
+_CONFIG = re.compile(r"config in time_base: (\d+)/(\d+), frame_rate: (\d+)/(\d+)")
+_FRAME = re.compile(r"\] n:\s*(\d+) pts:\s*(-?\d+) .*? s:(\d+)x(\d+) ")
+
+
+def parse_showinfo(stderr: str) -> dict[str, Any]:
+    """The `showinfo` filter's lines: every decoded frame's pts and size, the stream's time base
+    and frame rate."""
+    config = _CONFIG.search(stderr)
+    frames = [(int(n), int(pts), f"{w}x{h}") for n, pts, w, h in _FRAME.findall(stderr)]
+    if config is None or not frames:
+        raise GateError("ffmpeg's showinfo filter saw no video frame")
+    tb_num, tb_den, fr_num, fr_den = (int(x) for x in config.groups())
+    sizes = sorted({size for _, _, size in frames})
+    width, _, height = sizes[0].partition("x")
+    return {"frames": len(frames), "width": int(width), "height": int(height), "sizes": sizes,
+            "fps": round(fr_num / fr_den, 6) if fr_den else 0.0, "time_base": tb_num / tb_den,
+            "pts": [pts for _, pts, _ in frames]}
 
 
 def pts_gaps(pts: Sequence[int], step: int) -> list[str]:
@@ -69,15 +81,15 @@ def pts_gaps(pts: Sequence[int], step: int) -> list[str]:
             for i, (a, b) in enumerate(zip(pts, pts[1:]), start=1) if b - a != step]
 
 
-def audio_end(doc: dict) -> tuple[int, int]:
-    """(the last audio packet's end in its time base, the time base's denominator) from
-    `ffprobe -show_packets -show_entries packet=pts,duration:stream=time_base -of json`."""
-    packets = doc.get("packets") or []
-    if not packets:
-        raise GateError("ffprobe found no audio packet")
-    last = max(packets, key=lambda p: int(p["pts"]))
-    base = (doc.get("streams") or [{}])[0].get("time_base", "1/1")
-    return int(last["pts"]) + int(last.get("duration") or 0), int(base.partition("/")[2] or 1)
+def parse_framecrc(text: str) -> tuple[int, int]:
+    """(where the last audio packet ends, in its time base; the time base's denominator) from the
+    `framecrc` muxer's listing (`#tb 0: 1/32000`, then `stream, dts, pts, duration, size, crc`)."""
+    tb = re.search(r"^#tb 0: 1/(\d+)$", text, re.M)
+    ends = [int(m.group(1)) + int(m.group(2))
+            for m in re.finditer(r"^0,\s*-?\d+,\s*(-?\d+),\s*(\d+),", text, re.M)]
+    if tb is None or not ends:
+        raise GateError("ffmpeg listed no audio packet")
+    return max(ends), int(tb.group(1))
 
 
 _SSIM = re.compile(r"SSIM .*All:([0-9.]+)")
@@ -145,13 +157,6 @@ def gate(name: str, passed: bool, figure: Any, want: Any, problems: Sequence[str
     return {"name": name, "passed": bool(passed), "figure": figure, "want": want, "problems": list(problems)[:20]}
 
 
-def _json(p: subprocess.CompletedProcess, what: str) -> dict:
-    try:
-        return json.loads(p.stdout)
-    except ValueError:
-        raise GateError(f"{what}: ffprobe answered no JSON (rc {p.returncode}): {p.stderr.strip()[-300:]}") from None
-
-
 def _frame_pair_ssim(ffmpeg: str, film: str, a: int, b: int) -> float:
     graph = (f"[0:v]split[p][q];[p]select='eq(n\\,{a})',setpts=PTS-STARTPTS[x];"
              f"[q]select='eq(n\\,{b})',setpts=PTS-STARTPTS[y];[x][y]ssim")
@@ -166,31 +171,26 @@ def _anchor_ssim(ffmpeg: str, film: str, frame: int, image: str) -> float:
 
 def check(spec: dict, film: str) -> list[Gate]:
     """Every gate of `spec` on `film` (see the module's docstring)."""
-    ffmpeg, ffprobe, th = spec["ffmpeg"], spec["ffprobe"], spec["thresholds"]
+    ffmpeg, th = spec["ffmpeg"], spec["thresholds"]
     gates: list[Gate] = []
-    v = parse_video_stream(_json(run([ffprobe, "-v", "error", "-count_frames", "-select_streams", "v:0",
-                                      "-show_entries", "stream=nb_read_frames,width,height,r_frame_rate",
-                                      "-of", "json", film]), "video stream"))
+    v = parse_showinfo(run([ffmpeg, "-hide_banner", "-nostats", "-i", film, "-map", "0:v:0", "-vf", "showinfo",
+                            "-f", "null", "-"]).stderr)
     gates.append(gate("frames", v["frames"] == spec["frames"], v["frames"], spec["frames"]))
     want_geo = {"width": spec["width"], "height": spec["height"], "fps": float(spec["fps"])}
     geo = {k: v[k] for k in want_geo}
-    gates.append(gate("geometry", geo == want_geo, geo, want_geo))
-
-    frames = _json(run([ffprobe, "-v", "error", "-select_streams", "v:0", "-show_entries",
-                        "frame=pts:stream=time_base", "-of", "json", film]), "video frames")
-    pts = [int(f["pts"]) for f in frames.get("frames", []) if f.get("pts") is not None]
-    base = parse_rate((frames.get("streams") or [{}])[0].get("time_base", "1/1"))
-    step = round(1 / (base * float(spec["fps"]))) if base else 0
-    gaps = pts_gaps(pts, step)
-    gates.append(gate("pts", bool(pts) and not gaps, {"frames": len(pts), "gaps": len(gaps)}, {"step": step}, gaps))
+    gates.append(gate("geometry", geo == want_geo and len(v["sizes"]) == 1, geo, want_geo,
+                      [f"frame sizes {v['sizes']}"] if len(v["sizes"]) > 1 else []))
+    step = round(1 / (v["time_base"] * float(spec["fps"]))) if v["time_base"] else 0
+    gaps = pts_gaps(v["pts"], step)
+    gates.append(gate("pts", not gaps, {"frames": len(v["pts"]), "gaps": len(gaps)}, {"step": step}, gaps))
 
     strict = run([ffmpeg, "-hide_banner", "-nostats", "-v", "error", "-xerror", "-i", film, "-f", "null", "-"])
     errors = [ln for ln in strict.stderr.splitlines() if ln.strip()]
     gates.append(gate("decode", strict.returncode == 0 and not errors, {"rc": strict.returncode},
                       {"rc": 0}, errors))
 
-    end, rate = audio_end(_json(run([ffprobe, "-v", "error", "-select_streams", "a:0", "-show_entries",
-                                     "packet=pts,duration:stream=time_base", "-of", "json", film]), "audio"))
+    end, rate = parse_framecrc(run([ffmpeg, "-hide_banner", "-nostats", "-i", film, "-map", "0:a:0", "-c", "copy",
+                                    "-f", "framecrc", "-"]).stdout)
     want_end = int(round(float(spec["duration_s"]) * spec["audio_rate"]))
     gates.append(gate("audio_end", (end, rate) == (want_end, spec["audio_rate"]), {"ticks": end, "rate": rate},
                       {"ticks": want_end, "rate": spec["audio_rate"]}))
