@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,7 +31,8 @@ THRESHOLDS = {"join_ssim": 0.97, "endpoint_ssim": 0.99, "motion_low": 0.3, "moti
               "black_s": 0.5, "silence_db": -50, "silence_s": 0.1, "lufs_min": -30, "lufs_max": -14,
               "true_peak_max": -1.0}
 #: what the steps may find on PATH: a batch environment's basics, and no ffmpeg
-BASICS = ("sh", "awk", "sha256sum", "mv", "cp", "rm", "mkdir", "zstd", "tar", "grep", "cat", "printf")
+BASICS = ("sh", "awk", "sha256sum", "mv", "cp", "rm", "mkdir", "zstd", "tar", "grep", "cat", "printf", "readlink",
+          "date")
 
 
 @pytest.fixture(scope="module")
@@ -151,3 +154,69 @@ def test_717_frames_and_a_receipt_elsewhere_stop_the_pipeline(packed, tmp_path, 
     frames = next(x for x in gates if x["name"] == "frames")
     assert not frames["passed"] and frames["figure"] == 717
     assert os.path.exists(tmp_path / "attempt" / "final.mp4")  # kept for inspection, never published
+
+
+# ---- cleanup that travels with the job (item 3) ------------------------------------------------------
+
+def task(packed, base: Path, batch_path: str, *args: str, job: str = "4242") -> subprocess.Popen:
+    archive, digest = packed
+    return subprocess.Popen(["sh", str(ONHOST / "task.sh"), str(archive), digest, *args],
+                            env={"PATH": batch_path, "SLURM_JOB_ID": job, "JOB_BASE": str(base),
+                                 "MEDIA_DIR": str(base.parent / "media"), "SLURM_PROCID": "0", "SLURM_NTASKS": "1"},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def wait_for(pred, what: str, timeout: float = 60) -> None:
+    end = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < end, what
+        time.sleep(0.1)
+
+
+def runtime_ffmpegs(base: Path) -> list[int]:
+    out = []
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and os.readlink(p / "exe").startswith(str(base)):
+                out.append(int(p.name))
+        except OSError:
+            pass
+    return out
+
+
+def test_a_task_stages_runs_its_step_and_leaves_no_runtime(packed, tmp_path, batch_path):
+    base = tmp_path / "node-local"
+    (tmp_path / "media").mkdir()
+    p = task(packed, base, batch_path, "render.sh", "160", "90", "24", "24")
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0 and "request_geometry 160x90" in out, err
+    assert "runtime ok" in err and (tmp_path / "media" / "seg-0.done").exists()
+    assert list(base.iterdir()) == []  # the trap removed the job's runtime
+
+
+def test_a_cancelled_task_leaves_no_runtime_and_the_epilog_backs_up_a_killed_one(packed, tmp_path, batch_path):
+    base = tmp_path / "node-local"
+    (tmp_path / "media").mkdir()
+    # scancel: SIGTERM to every process of the step (as slurmstepd signals them), the trap removes
+    # the runtime
+    p = task(packed, base, batch_path, "render.sh", "1216", "768", "24", "2400")
+    wait_for(lambda: runtime_ffmpegs(base), "the render never started")
+    os.killpg(p.pid, signal.SIGTERM)
+    p.wait(timeout=30)
+    wait_for(lambda: not runtime_ffmpegs(base), "the runtime's ffmpeg outlived the cancelled task", 30)
+    assert p.returncode == 143 and list(base.iterdir()) == []
+    # the task's shell killed with SIGKILL: no trap runs; its ffmpeg, orphaned, and the runtime stay
+    # until Slurm's Epilog
+    p = task(packed, base, batch_path, "render.sh", "1216", "768", "24", "2400", job="4243")
+    wait_for(lambda: runtime_ffmpegs(base), "the render never started")
+    p.kill()
+    p.wait(timeout=30)
+    left = runtime_ffmpegs(base)
+    assert left and [d.name.split(".")[0] for d in base.iterdir()] == ["4243"]
+    log = tmp_path / "epilog.log"
+    e = subprocess.run(["sh", str(ONHOST / "epilog.sh")], env={"PATH": batch_path + ":/usr/bin:/bin",
+                       "SLURM_JOB_ID": "4243", "JOB_BASE": str(base), "EPILOG_LOG": str(log)},
+                       capture_output=True, text=True, timeout=30)
+    assert e.returncode == 0, e.stderr
+    wait_for(lambda: not runtime_ffmpegs(base), "the epilog left the job's ffmpeg running", 10)
+    assert list(base.iterdir()) == [] and f"killed {left[0]}" in log.read_text()
