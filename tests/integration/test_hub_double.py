@@ -223,6 +223,11 @@ def test_dropped_connection_resumes_with_a_range(model, tmp_path):
         (None, 200, cut), (f"bytes={chunk}-", 206, (root / REPO / commit / BIG).stat().st_size - chunk)]
 
 
+def metadata_written(dest, rel: str) -> bool:
+    meta = dest / ".cache/huggingface/download" / f"{rel}.metadata"
+    return meta.is_file() and meta.stat().st_size > 0
+
+
 def test_killed_download_does_not_fetch_finished_files_again(model, tmp_path):
     """SIGKILL a snapshot_download halfway through the big shard, run it again: the finished
     files are not requested at all. huggingface_hub 2.4.0 writes each download to a
@@ -245,7 +250,9 @@ def test_killed_download_does_not_fetch_finished_files_again(model, tmp_path):
         while time.monotonic() < deadline and proc.poll() is None:
             partial = [p for p in partial_dir.glob("*.incomplete") if p.stat().st_size >= big_size // 3] \
                 if partial_dir.is_dir() else []
-            others_done = all((dest / rel).is_file() for rel in files if rel != BIG)
+            # done: the file in place and its download metadata written (the client writes the
+            # metadata after the file; a run killed in between checks that file again with a HEAD)
+            others_done = all((dest / rel).is_file() and metadata_written(dest, rel) for rel in files if rel != BIG)
             if partial and others_done:
                 break
             time.sleep(0.02)
