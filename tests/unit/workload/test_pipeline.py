@@ -64,8 +64,8 @@ def test_the_runtime_is_deterministic_and_says_what_it_pins(packed, tmp_path):
     assert runtime.pack(tmp_path / "again.tar.zst", FFMPEG, THRESHOLDS) == digest
     p = subprocess.run(["sh", "-c", f"zstd -dc {archive} | tar -t"], capture_output=True, text=True, check=True)
     names = set(p.stdout.split())
-    assert {"bin/ffmpeg", "lib/gates.py", "lib/stage.sh", "lib/render.sh", "lib/assemble.sh", "thresholds.json",
-            "manifest.json", "SHA256SUMS"} <= names
+    assert {"bin/ffmpeg", "lib/gates.py", "lib/stage.sh", "lib/preflight.sh", "lib/render.sh", "lib/assemble.sh",
+            "thresholds.json", "manifest.json", "SHA256SUMS"} <= names
     out = tmp_path / "x"
     out.mkdir()
     subprocess.run(["sh", "-c", f"zstd -dc {archive} | tar -x -C {out} manifest.json"], check=True)
@@ -220,3 +220,32 @@ def test_a_cancelled_task_leaves_no_runtime_and_the_epilog_backs_up_a_killed_one
     assert e.returncode == 0, e.stderr
     wait_for(lambda: not runtime_ffmpegs(base), "the epilog left the job's ffmpeg running", 10)
     assert list(base.iterdir()) == [] and f"killed {left[0]}" in log.read_text()
+
+
+# ---- the capability check (R1, R2) ---------------------------------------------------------------
+
+FILTERS = "geq,amix,anoisesrc,sine,concat,atrim,ssim,tblend,signalstats,metadata,blackdetect,silencedetect,ebur128"
+
+
+def test_preflight_finds_every_filter_and_names_what_is_missing(packed, tmp_path, batch_path):
+    archive, digest = packed
+    step("stage.sh", str(archive), digest, str(tmp_path / "job"), env={}, path=batch_path)
+    rt = {"RT": str(tmp_path / "job" / "runtime")}
+    ok = step("preflight.sh", FILTERS, "libx264,aac,pcm_s16le", env=rt, path=batch_path)
+    assert ok.returncode == 0 and ok.stdout.startswith("preflight ok ffmpeg version 7.0.2-static"), ok.stderr
+    bad = step("preflight.sh", f"{FILTERS},nosuchfilter", "libx264,nosuchenc", env=rt, path=batch_path)
+    assert bad.returncode == 8 and "lacks: filter nosuchfilter; encoder nosuchenc;" in bad.stderr, bad.stderr
+
+
+def test_the_seeds_r2_grep_q_under_pipefail_fails_a_tool_that_has_the_filter(packed, tmp_path, batch_path):
+    """What the preflight does not do: a long listing piped into `grep -q` under pipefail. grep
+    exits at its first match, the producer dies of SIGPIPE, and the check fails (141) although
+    ssim is there; the preflight, capturing first, passes on the same tool."""
+    archive, digest = packed
+    step("stage.sh", str(archive), digest, str(tmp_path / "job"), env={}, path=batch_path)
+    ffmpeg = tmp_path / "job" / "runtime" / "bin" / "ffmpeg"
+    naive = subprocess.run(["bash", "-c", f"set -o pipefail; {ffmpeg} -hide_banner -h full 2>/dev/null | grep -q ssim"],
+                           capture_output=True, timeout=60)
+    assert naive.returncode == 141
+    ok = step("preflight.sh", "ssim", "aac", env={"RT": str(tmp_path / "job" / "runtime")}, path=batch_path)
+    assert ok.returncode == 0, ok.stderr
