@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -104,6 +105,12 @@ def test_stage_render_assemble_and_gate_on_three_ranks_with_no_ffmpeg_on_path(pa
     result = json.loads((attempt / "verification.json").read_text())
     figures = {x["name"]: x["figure"] for x in result["gates"]}
     assert result["passed"] and figures["frames"] == 720 and figures["audio_end"] == {"ticks": 960000, "rate": 32000}
+    # the evidence beside it: the joins' frames, four a row, one row a join
+    sheet = step("contact_sheet.sh", str(attempt / "final.mp4"), str(attempt / "joins.png"), "240", "480",
+                 env={"RT": rt}, path=batch_path)
+    assert sheet.returncode == 0, sheet.stderr
+    head = (attempt / "joins.png").read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", head[16:24]) == (4 * 320, 2 * 180)
 
 
 def test_a_runtime_changed_after_p0_is_refused_naming_both_hashes(packed, tmp_path, batch_path):
