@@ -170,9 +170,11 @@ def test_borrowed_gpus_are_reclaimed_after_the_grace_and_the_borrower_requeued(t
     assert terms, f"no borrowed job got SIGTERM\n{log}"
     [(victim, term), *more] = sorted(terms.items(), key=lambda kv: kv[1])
     # Slurm's backfill scheduler preempts (every bf_interval, 30 s by default) and starts the
-    # owner in a later cycle: SIGTERM within a cycle of the claim, the owner after the grace and
-    # KillWait (this borrower ignores SIGTERM; the lab on 22.05: 26-30 s, then 15 s + 30 s)
-    assert term - t0 < 45, (t0, term, log)
+    # owner in a later cycle: SIGTERM within two cycles of the claim (a claim submitted while a
+    # cycle runs waits for the next one, and a cycle on the loaded 2-core lab takes seconds), the
+    # owner after the grace and KillWait (this borrower ignores SIGTERM; the lab on 22.05: 26-30 s,
+    # 24.11 up to 45.2 s in a CI rehearsal, then 15 s + 30 s)
+    assert term - t0 < 2 * 30, (t0, term, log)
     assert start - term >= GRACE_S - 1, (term, start)  # the borrower had its grace
     assert start - term <= GRACE_S + KILL_WAIT + 35, (term, start, log)
     # One borrowed job is enough. Slurm plans a pending preemptor's preemption again once
