@@ -115,7 +115,7 @@ class LentReservationProvider(HostPrimitive):
     def applied(self, props: Props, record: Props, before: Observed, after: Observed,
                 ran: list[Step]) -> Props:
         """The nodes it first held are those right after its creation (or a change of its count)."""
-        if not record.get("lent_from") or any("NodeCnt=" in str(a) for s in ran for a in s.argv):
+        if not record.get("lent_from") or before["fields"].get("NodeCnt") != after["fields"].get("NodeCnt"):
             record = {**record, "lent_from": after["nodes"]}
         return self.outputs(props, record, after)
 

@@ -172,11 +172,12 @@ def render_fake_gpus_unit(s: SlurmLayer, count: int) -> str:
     (listed in its runtime directory): files already there (another owner's, such as the lab's
     K3s) stay, as the old one-off mknod left what it adopted. `$$`: systemd's `$`."""
     devs = " ".join(f"{s.gpu_device_prefix}{i}" for i in range(count))
-    made = f"/run/{FAKE_GPUS_UNIT.removesuffix('.service')}/made"
+    rundir = FAKE_GPUS_UNIT.removesuffix(".service")
+    made = f"/run/{rundir}/made"
     return (
         "[Unit]\nDescription=gpu-fleet test double: fake GPU device files\nBefore=slurmd.service\n\n"
         "[Service]\nType=oneshot\nRemainAfterExit=yes\n"
-        f"RuntimeDirectory={FAKE_GPUS_UNIT.removesuffix('.service')}\n"
+        f"RuntimeDirectory={rundir}\n"
         f"ExecStart=/bin/sh -c 'i=0; for d in {devs}; do [ -c \"$$d\" ] || "
         f"{{ mknod -m 0666 \"$$d\" c 195 $$i && echo \"$$d\" >> {made}; }}; i=$$((i+1)); done'\n"
         f"ExecStop=/bin/sh -c '[ ! -f {made} ] || xargs -r rm -f -- < {made}'\n\n"

@@ -51,11 +51,6 @@ def run(argv: Sequence[str], timeout: float = 600) -> subprocess.CompletedProces
 
 # ---- parsers (pure) --------------------------------------------------------------------------
 
-def parse_rate(text: str) -> float:
-    num, _, den = text.partition("/")
-    return float(num) / float(den or 1)
-
-
 _CONFIG = re.compile(r"config in time_base: (\d+)/(\d+), frame_rate: (\d+)/(\d+)")
 _FRAME = re.compile(r"\] n:\s*(\d+) pts:\s*(-?\d+) .*? s:(\d+)x(\d+) ")
 
@@ -157,24 +152,27 @@ def gate(name: str, passed: bool, figure: Any, want: Any, problems: Sequence[str
     return {"name": name, "passed": bool(passed), "figure": figure, "want": want, "problems": list(problems)[:20]}
 
 
+def ffmpeg_on(ffmpeg: str, film: str, *args: str) -> subprocess.CompletedProcess:
+    """One run of ffmpeg over the film (decoding it into `args`), output captured whole."""
+    return run([ffmpeg, "-hide_banner", "-nostats", "-i", film, *args])
+
+
 def _frame_pair_ssim(ffmpeg: str, film: str, a: int, b: int) -> float:
     graph = (f"[0:v]split[p][q];[p]select='eq(n\\,{a})',setpts=PTS-STARTPTS[x];"
              f"[q]select='eq(n\\,{b})',setpts=PTS-STARTPTS[y];[x][y]ssim")
-    return parse_ssim(run([ffmpeg, "-hide_banner", "-nostats", "-i", film, "-lavfi", graph, "-f", "null", "-"]).stderr)
+    return parse_ssim(ffmpeg_on(ffmpeg, film, "-lavfi", graph, "-f", "null", "-").stderr)
 
 
 def _anchor_ssim(ffmpeg: str, film: str, frame: int, image: str) -> float:
     graph = f"[0:v]select='eq(n\\,{frame})',setpts=PTS-STARTPTS[x];[1:v]setpts=PTS-STARTPTS[y];[x][y]ssim"
-    return parse_ssim(run([ffmpeg, "-hide_banner", "-nostats", "-i", film, "-i", image, "-lavfi", graph,
-                           "-f", "null", "-"]).stderr)
+    return parse_ssim(ffmpeg_on(ffmpeg, film, "-i", image, "-lavfi", graph, "-f", "null", "-").stderr)
 
 
 def check(spec: dict, film: str) -> list[Gate]:
     """Every gate of `spec` on `film` (see the module's docstring)."""
     ffmpeg, th = spec["ffmpeg"], spec["thresholds"]
     gates: list[Gate] = []
-    v = parse_showinfo(run([ffmpeg, "-hide_banner", "-nostats", "-i", film, "-map", "0:v:0", "-vf", "showinfo",
-                            "-f", "null", "-"]).stderr)
+    v = parse_showinfo(ffmpeg_on(ffmpeg, film, "-map", "0:v:0", "-vf", "showinfo", "-f", "null", "-").stderr)
     gates.append(gate("frames", v["frames"] == spec["frames"], v["frames"], spec["frames"]))
     want_geo = {"width": spec["width"], "height": spec["height"], "fps": float(spec["fps"])}
     geo = {k: v[k] for k in want_geo}
@@ -189,8 +187,7 @@ def check(spec: dict, film: str) -> list[Gate]:
     gates.append(gate("decode", strict.returncode == 0 and not errors, {"rc": strict.returncode},
                       {"rc": 0}, errors))
 
-    end, rate = parse_framecrc(run([ffmpeg, "-hide_banner", "-nostats", "-i", film, "-map", "0:a:0", "-c", "copy",
-                                    "-f", "framecrc", "-"]).stdout)
+    end, rate = parse_framecrc(ffmpeg_on(ffmpeg, film, "-map", "0:a:0", "-c", "copy", "-f", "framecrc", "-").stdout)
     want_end = int(round(float(spec["duration_s"]) * spec["audio_rate"]))
     gates.append(gate("audio_end", (end, rate) == (want_end, spec["audio_rate"]), {"ticks": end, "rate": rate},
                       {"ticks": want_end, "rate": spec["audio_rate"]}))
@@ -207,28 +204,25 @@ def check(spec: dict, film: str) -> list[Gate]:
     gates.append(gate("endpoints", not low_ends, ends, {"min_ssim": th["endpoint_ssim"]}, low_ends))
 
     key = "lavfi.signalstats.YAVG"
-    diff = run([ffmpeg, "-hide_banner", "-nostats", "-i", film, "-vf",
-                f"tblend=all_mode=difference,signalstats,metadata=mode=print:key={key}:file=-",
-                "-f", "null", "-"])
+    diff = ffmpeg_on(ffmpeg, film, "-vf", f"tblend=all_mode=difference,signalstats,metadata=mode=print:key={key}:file=-",
+                     "-f", "null", "-")
     diffs = parse_frame_values(diff.stdout, key)
     odd = motion_outliers(diffs, low=th["motion_low"], high=th["motion_high"], min_motion=th["motion_min"])
     gates.append(gate("motion", len(diffs) == v["frames"] - 1 and not odd,
                       {"frames_judged": len(diffs), "outliers": len(odd)},
                       {"low": th["motion_low"], "high": th["motion_high"]}, odd))
 
-    black = parse_intervals("black", run([ffmpeg, "-hide_banner", "-nostats", "-i", film, "-vf",
-                                          f"blackdetect=d={th['black_s']}:pix_th=0.10", "-an", "-f", "null",
-                                          "-"]).stderr)
+    black = parse_intervals("black", ffmpeg_on(ffmpeg, film, "-vf", f"blackdetect=d={th['black_s']}:pix_th=0.10",
+                                               "-an", "-f", "null", "-").stderr)
     gates.append(gate("black", not black, black, {"longer_than_s": th["black_s"]},
                       [f"black from {a:.3f} s to {b:.3f} s" for a, b in black]))
-    silent = parse_intervals("silence", run([ffmpeg, "-hide_banner", "-nostats", "-i", film, "-af",
-                                             f"silencedetect=n={th['silence_db']}dB:d={th['silence_s']}",
-                                             "-vn", "-f", "null", "-"]).stderr)
+    silent = parse_intervals("silence", ffmpeg_on(ffmpeg, film, "-af",
+                                                  f"silencedetect=n={th['silence_db']}dB:d={th['silence_s']}",
+                                                  "-vn", "-f", "null", "-").stderr)
     gates.append(gate("silence", not silent, silent, {"below_db": th["silence_db"], "longer_than_s": th["silence_s"]},
                       [f"silent from {a:.3f} s to {'the end' if b < 0 else f'{b:.3f} s'}" for a, b in silent]))
 
-    lufs, peak = parse_ebur128(run([ffmpeg, "-hide_banner", "-nostats", "-i", film, "-af", "ebur128=peak=true",
-                                    "-vn", "-f", "null", "-"]).stderr)
+    lufs, peak = parse_ebur128(ffmpeg_on(ffmpeg, film, "-af", "ebur128=peak=true", "-vn", "-f", "null", "-").stderr)
     lo, hi, max_peak = th["lufs_min"], th["lufs_max"], th["true_peak_max"]
     gates.append(gate("loudness", lo <= lufs <= hi and peak <= max_peak, {"lufs": lufs, "true_peak_dbfs": peak},
                       {"lufs": [lo, hi], "true_peak_max": max_peak}))

@@ -18,11 +18,13 @@ first=$((k * frames))
 echo "request_geometry ${w}x${h} fps=$fps frames=$frames segment=$k/$n first_frame=$first"
 start=$(awk -v f="$first" -v r="$fps" 'BEGIN { printf "%.6f", f / r }')
 secs=$(awk -v f="$frames" -v r="$fps" 'BEGIN { printf "%.6f", f / r }')
-tmp="$MEDIA_DIR/.seg-$k.tmp.mp4"
+# the sound sources run from global time 0 to the segment's end; atrim keeps this segment's part
+end=$(awk -v s="$start" -v d="$secs" 'BEGIN { printf "%.6f", s + d }')
+tmp="$MEDIA_DIR/.seg-$k.tmp.mov"
 "$ffmpeg" -hide_banner -loglevel error -nostdin -y \
   -f lavfi -i "color=c=gray:s=${w}x${h}:r=$fps:d=$secs,format=yuv420p,geq=lum='128+90*sin(2*PI*(X/W+(N+$first)/72))':cb=128:cr=128" \
-  -f lavfi -i "sine=f=440:r=32000:d=$(awk -v s="$start" -v d="$secs" 'BEGIN { printf "%.6f", s + d }')" \
-  -f lavfi -i "anoisesrc=c=pink:seed=42:a=0.02:r=32000:d=$(awk -v s="$start" -v d="$secs" 'BEGIN { printf "%.6f", s + d }')" \
+  -f lavfi -i "sine=f=440:r=32000:d=$end" \
+  -f lavfi -i "anoisesrc=c=pink:seed=42:a=0.02:r=32000:d=$end" \
   -filter_complex "[1:a][2:a]amix=inputs=2:normalize=0,atrim=start=$start,asetpts=PTS-STARTPTS[a]" \
   -map 0:v -map "[a]" -c:v libx264 -preset veryfast -crf 18 -pix_fmt yuv420p -c:a pcm_s16le -f mov "$tmp"
 mv -f "$tmp" "$MEDIA_DIR/seg-$k.mov"
