@@ -177,13 +177,14 @@ def test_borrowed_gpus_are_reclaimed_after_the_grace_and_the_borrower_requeued(t
     assert term - t0 < 2 * 30, (t0, term, log)
     assert start - term >= GRACE_S - 1, (term, start)  # the borrower had its grace
     assert start - term <= GRACE_S + KILL_WAIT + 35, (term, start, log)
-    # One borrowed job is enough. Slurm plans a pending preemptor's preemption again once
-    # KillWait + MessageTimeout (40 s) have passed since it began; a borrower holding its GPUs
-    # longer (GraceTime + KillWait, 45 s here) costs a second borrower its GPUs if a scheduling
-    # pass falls in between (README, tenancy: what Slurm cannot give). Never sooner, never a third.
+    # One borrowed job is enough, but Slurm may take a second: a borrower ignoring SIGTERM holds
+    # its GPUs for the grace and KillWait (45 s here), and a later scheduling pass may preempt
+    # again before it is gone (the lab on 24.11: 45.2 s after the first in one CI run, 30 s, one
+    # backfill cycle, in another). Never two in one pass (the claim needs 8 GPUs, one borrower
+    # holds 8), never a third (README, tenancy: what Slurm cannot give).
     assert len(more) <= 1, (terms, log)
     for _, later in more:
-        assert later - term >= KILL_WAIT + MESSAGE_TIMEOUT - 1, (terms, log)
+        assert later - term >= 1, (terms, log)
     for j in [victim, *(j for j, _ in more)]:  # requeued, each waits (a later one after its grace)
         assert wait_for(lambda j=j: job(j, "%T") == "PENDING", GRACE_S + KILL_WAIT + 30), job(j, "%T %r")
         states = ssh("ctl", f"sacct -D -n -P -X -j {j} -o State").stdout.split()
