@@ -42,6 +42,8 @@ from .layers.storage.component import Storage, StorageInputs
 from .layers.tenancy.component import Tenancy, TenancyInputs
 from .layers.tenancy.render import scheduling
 from .layers.web.component import Web, WebInputs
+from .layers.workload.component import Workload, WorkloadFiles, WorkloadFilesInputs, WorkloadInputs, packed_runtime
+from .layers.workload.render import slurm_lines as workload_lines
 
 
 class Exports(Protocol):
@@ -73,6 +75,8 @@ class Fleet(pulumi.ComponentResource):
         self.cfg = cfg
         site = Site(hosts=cfg.hosts, nodes=tuple(cfg.nodes), ssh=cfg.ssh, root=root,
                     slurm_members=frozenset(m for p in cfg.slurm.partitions for m in p.nodes))
+        # packed (or found packed) before any resource is registered: a missing tool fails here
+        runtime = packed_runtime(root, cfg.workload) if cfg.workload.enabled else None
         self.inventory = Inventory(cfg, child)
         self.summary = fleet_summary(cfg)
 
@@ -110,7 +114,7 @@ class Fleet(pulumi.ComponentResource):
             final_paths = self.model.job_paths
 
         self.slurm = self.accounting = self.acceptance = self.web = self.guards = self.tenancy = None
-        self.health = self.spares = None
+        self.health = self.spares = self.workload = None
         if not (cfg.slurm.enabled and secrets.munge_key is not None):
             self.register_outputs({"summary": self.summary})
             return
@@ -133,6 +137,13 @@ class Fleet(pulumi.ComponentResource):
             slurm_node_after = {n: [*node_after.get(n, ()), *rs] for n, rs in health_files.files.items()}
             sched = sched + Scheduling(title="node health (gpu-fleet:health)", lines=health_lines(cfg.health),
                                        weights=spare_weights(cfg.health))
+        workload_files = None
+        if cfg.workload.enabled:
+            # the jobs' scripts and the Epilog are on a node before its slurmd names them
+            workload_files = WorkloadFiles("workload-files", WorkloadFilesInputs(
+                site=site, workload=cfg.workload, node_after=node_after), child).outputs
+            slurm_node_after = {n: [*slurm_node_after.get(n, ()), *rs] for n, rs in workload_files.files.items()}
+            sched = sched + Scheduling(title="workload (gpu-fleet:workload)", lines=workload_lines())
         job = JobSpec(site=site, canary_user=cfg.slurm.canary_user,
                       partitions=tuple(p.name for p in cfg.slurm.partitions),
                       timeout_s=cfg.acceptance.job_timeout_s, accounting=accounting, paths=job_paths)
@@ -186,17 +197,25 @@ class Fleet(pulumi.ComponentResource):
             pynvml_dir=cfg.gpu_runtime.pynvml_dir if self.gpu is not None else None,
             gpu_verdicts=self.gpu.verdicts if self.gpu is not None else None,
             web_seen=self.web.check.seen if self.web is not None else None,
-            k3s=self.k3s is not None), child).outputs
+            k3s=self.k3s is not None, workload=cfg.workload.enabled), child).outputs
         if cfg.health.enabled and cfg.health.spares is not None:
             # lent once the acceptance proved the nodes (and opened the partitions they draw from)
             self.spares = HealthSpares("health-spares", site, cfg.health.spares,
                                        after=[self.acceptance.fleet] if self.acceptance.fleet else after,
                                        opts=child).outputs
+        if workload_files is not None and runtime is not None and self.storage is not None:
+            # the seed's seventh criterion, on the fleet the acceptance proved
+            self.workload = Workload("workload", WorkloadInputs(
+                site=site, workload=cfg.workload, data=cfg.storage.data, runtime=runtime,
+                after=[*([self.acceptance.fleet] if self.acceptance.fleet else after), self.storage.clients,
+                       *(r for rs in workload_files.files.values() for r in rs)],
+                accounting=accounting, canary_user=cfg.slurm.canary_user,
+                triggers=self.slurm.triggers), child).outputs
         self.register_outputs({"summary": self.summary})
 
     def built(self) -> list[Exports]:
         """The admission and every layer built, in the order the stack exports them."""
         return [x for x in (self.admission, self.storage, self.gpu, self.model, self.k3s, self.slurm,
                             self.accounting, self.tenancy, self.web, self.guards, self.health, self.acceptance,
-                            self.spares)
+                            self.spares, self.workload)
                 if x is not None]

@@ -47,6 +47,11 @@ def script_path(module_file: str, name: str) -> Path:
     return Path(module_file).resolve().parent / "scripts" / name
 
 
+def script_text(path: Path) -> str:
+    """The runnable text of a script kept elsewhere than `scripts/` (a layer's on-node steps)."""
+    return _load(path)
+
+
 def script(module_file: str, name: str) -> str:
     """The runnable text of `scripts/<name>` beside `module_file` (pass `__file__`), read once."""
     return _load(script_path(module_file, name))

@@ -24,6 +24,7 @@ from ..layers.slurm.config import SlurmLayer, check as slurm_check
 from ..layers.storage.config import StorageLayer, check as storage_check
 from ..layers.tenancy.config import TenancyLayer, check as tenancy_check
 from ..layers.web.config import WebLayer, check as web_check
+from ..layers.workload.config import WorkloadLayer, check as workload_check
 from .hosts import Hosts, NodeSpec, SshSpec
 from .project import PROJECT
 from .types import Strict
@@ -31,9 +32,7 @@ from .types import Strict
 #: layers the seed describes whose code does not exist yet: config key -> what the layer is.
 #: A section for one of them is an error (it would do nothing); landing a layer removes its
 #: line here and adds its field to FleetConfig.
-NOT_BUILT = {
-    "workload": "the workload layer (the render pipeline and its media gates)",
-}
+NOT_BUILT: dict[str, str] = {}
 
 Check = Callable[["FleetConfig"], list[str]]
 
@@ -75,6 +74,7 @@ class FleetConfig(Strict):
     health: Annotated[HealthLayer, Layer(health_check)] = HealthLayer()
     tenancy: Annotated[TenancyLayer, Layer(tenancy_check)] = TenancyLayer()
     acceptance: Annotated[AcceptanceLayer, Layer(acceptance_check)] = AcceptanceLayer()
+    workload: Annotated[WorkloadLayer, Layer(workload_check)] = WorkloadLayer()
 
     @property
     def nodes_file(self) -> Optional[tuple[str, str]]:

@@ -97,6 +97,8 @@ DebianVersion = checked("a Debian package version: an optional epoch ('1:'), a d
                         "digits and . + ~ - (26.05.4-1+v1001; at most 100 characters)",
                         r"(?:[0-9]+:)?[0-9][A-Za-z0-9.+~-]{0,99}")
 Sha256 = checked("a SHA-256 digest: 64 lowercase hex digits", r"[0-9a-f]{64}")
+GresRequest = checked("a GRES request: name[:type]:count (gpu:v100:8)",
+                      r"[a-z]{1,32}(:[a-z0-9_]{1,32})?:[0-9]{1,4}")
 GresType = checked("a GRES type: lowercase letters, digits and '_' (v100; at most 32 characters)",
                    r"[a-z0-9_]{1,32}")
 CgroupController = checked("a cgroup controller name: lowercase letters, digits and '_' "

@@ -39,8 +39,12 @@ def set_storage(proj: PulumiProject) -> None:
 def drop_datasets(before: str = "") -> None:
     """After a module's destroy (which keeps the data): the stores gone, for the next module.
     `before`: shell run first (with the pool imported)."""
+    # zfs-fuse may still hold a dataset busy for a moment after its export stopped: try again
+    # until both are gone (a dataset left behind unmounted fails the next module's first up)
     ssh("storage", f"zpool import -d /var/lib/zfs-vdev ai 2>/dev/null; {before}"
-                   "zfs destroy -r ai/models; zfs destroy -r ai/data", check=False)
+                   "for i in $(seq 30); do zfs destroy -r ai/models 2>/dev/null; zfs destroy -r ai/data 2>/dev/null; "
+                   "zfs list -H -o name | grep -qE '^ai/(models|data)$' || exit 0; sleep 1; done; exit 1",
+        check=False, timeout=180)
 
 
 def outputs(proj) -> dict:

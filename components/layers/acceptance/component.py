@@ -48,6 +48,7 @@ class AcceptanceInputs:
     #: what the web layer's check saw (None without the layer); whether K3s nodes were retired
     web_seen: Optional[pulumi.Output[Any]] = None
     k3s: bool = False
+    workload: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,6 +124,7 @@ class Acceptance(pulumi.ComponentResource):
                 "user": spec.canary_user, "partition": ACCEPTANCE_PARTITION, "partitions": list(spec.partitions),
                 "min_nodes": a.min_nodes, **judging,
                 "refused": inputs.refused, "k3s": inputs.k3s, "slurm": inputs.slurm_version,
+                **({"workload": True} if inputs.workload else {}),
                 "web": (inputs.web_seen.apply(lambda w: f"the web layer's check passed: {w}"[:400])
                         if inputs.web_seen is not None else None),
                 "stack": pulumi.get_stack(), "report_dir": str(site.root.joinpath(*REPORT_DIR)),

@@ -35,6 +35,8 @@ class Layers:
     #: the web layer's verification passed (it runs before acceptance), None without the layer
     web: Optional[str] = None
     k3s: bool = False
+    #: the workload layer runs after this report (its evidence is the stack output `workload`)
+    workload: bool = False
 
 
 def _row(i: int, status: str, layer: str, evidence: list[str]) -> dict[str, Any]:
@@ -87,5 +89,8 @@ def criteria(nodes: dict[str, dict], fleet_job: Optional[dict], layers: Layers) 
                      ["nodes handed over with a sealed bundle; recovery is proven by `pulumi destroy` "
                       "(the K3s lab tests), not by an up"]) if layers.k3s
                 else _row(6, "not in this stack", "k3s_retirement", ["no K3s retirement layer"]))
-    rows.append(_row(7, "not built", "workload", ["the workload layer is not built yet"]))
+    rows.append(_row(7, "after this report", "workload",
+                     ["the workload runs on the fleet this report accepts: its jobs, gates, release hashes and "
+                      "contact sheet are the stack output `workload`"]) if layers.workload
+                else _row(7, "not in this stack", "workload", ["no workload layer"]))
     return rows

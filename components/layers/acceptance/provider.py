@@ -125,7 +125,8 @@ class FleetAcceptanceProvider(RolloutCheck):
         state = "UP" if opened else "INACTIVE"
         set_partitions(conn, props["partitions"], state)
         layers = Layers(refused=props.get("refused") or {}, storage=bool(props.get("readonly_probe")),
-                        accounting=bool(props.get("accounting")), web=props.get("web"), k3s=bool(props.get("k3s")))
+                        accounting=bool(props.get("accounting")), web=props.get("web"), k3s=bool(props.get("k3s")),
+                        workload=bool(props.get("workload")))
         report = {"stack": props["stack"], "generated": datetime.datetime.now(datetime.timezone.utc)
                   .strftime("%Y-%m-%dT%H:%M:%SZ"), "slurm": props.get("slurm", ""),
                   "partitions": {"names": list(props["partitions"]), "state": state}, "min_nodes": need,

@@ -30,7 +30,8 @@ from ...errors import FleetError
 ONHOST = Path(__file__).with_name("onhost")
 #: what every runtime carries from onhost/, under lib/ (render.sh: the lab's STAND-IN for the
 #: video model; a real fleet's render command is its own)
-SCRIPTS = ("gates.py", "stage.sh", "preflight.sh", "assemble.sh", "contact_sheet.sh", "render.sh")
+SCRIPTS = ("gates.py", "stage.sh", "preflight.sh", "assemble.sh", "contact_sheet.sh", "render.sh", "qa.sh",
+           "publish.sh")
 #: zstd's level: the static ffmpeg (80 MB) packs to about a third
 ZSTD_LEVEL = 12
 

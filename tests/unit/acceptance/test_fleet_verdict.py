@@ -309,9 +309,11 @@ def test_row_6_is_never_proven_by_an_up():
 
 
 @pytest.mark.parametrize("layers", [{}, {"storage": True, "accounting": True, "web": "ok", "k3s": True}])
-def test_row_7_is_never_met(layers):
+def test_row_7_is_never_met_by_the_acceptance(layers):
     r = rows(job=fleet_job(tres=True), **layers)
-    assert r[7]["status"] == "not built" and r[7]["layer"] == "workload"
+    assert r[7]["status"] == "not in this stack" and r[7]["layer"] == "workload"
+    r = rows(job=fleet_job(tres=True), **layers, workload=True)
+    assert r[7]["status"] == "after this report" and "stack output `workload`" in r[7]["evidence"][0]
 
 
 def test_everything_at_once_is_seven_rows_and_only_evidenced_ones_are_met():

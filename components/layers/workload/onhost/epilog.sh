@@ -6,6 +6,9 @@
 # processes; anything still running from the job's directory is named in the log and killed.
 # Env: SLURM_JOB_ID (Slurm's), JOB_BASE (default /var/tmp/gpu-fleet-workload), EPILOG_LOG.
 set -u
+# slurmd gives the Epilog no PATH of its own
+PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+export PATH
 job=${SLURM_JOB_ID:-}
 base=${JOB_BASE:-/var/tmp/gpu-fleet-workload}
 log=${EPILOG_LOG:-/var/log/gpu-fleet/workload-epilog.log}

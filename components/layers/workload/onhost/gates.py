@@ -28,6 +28,7 @@ Python 3's standard library only; nothing from `components` (tests/unit/test_imp
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -237,6 +238,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     spec_path, film, out = args
     with open(spec_path, encoding="utf-8") as f:
         spec = json.load(f)
+    if "ffmpeg" not in spec and os.environ.get("RT"):  # in a job: the runtime's own, by path
+        spec["ffmpeg"] = os.path.join(os.environ["RT"], "bin", "ffmpeg")
     try:
         gates = check(spec, film)
     except GateError as e:

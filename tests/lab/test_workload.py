@@ -1,0 +1,179 @@
+"""The workload layer on the lab: the seed's render pipeline as four Slurm jobs (P0, a render across
+the three nodes with afterok:P0, the assembly, the gates and publication), its film judged by the
+real gates with the runtime's pinned ffmpeg, published by one rename and rolled back by one.
+
+STAND-IN for the video model: onhost/render.sh (a deterministic generator of picture and sound,
+a pure function of global time, so the three ranks' segments meet at their joins). TEST DOUBLES,
+as everywhere in the lab: the GPUs (fake device files and NVML) and the NFS client (nfsfuse).
+Real: slurmctld and slurmd 22.05, the dependencies, srun's ranks, the Epilog, nfs-ganesha over
+zfs-fuse, ffmpeg 7.0.2 (static), the gates.
+
+One stack, in order: the pipeline publishes once; a second `up` submits nothing; a render killed
+outright leaves no runtime and no process on any node (the Epilog); a gate that fails publishes
+nothing and names the gate; destroy renames the release and nothing else changes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import yaml
+
+from tests.pulumi_cli import PulumiProject
+
+from .labhosts import repo_version, ssh
+from .test_slurm_cluster import NODES
+from .test_storage import drop_datasets, outputs, set_storage
+
+SERVER = "/srv/ai/data/outputs/gpu-fleet-workload"
+RUNS, RELEASES = f"{SERVER}/runs", f"{SERVER}/releases"
+NODE_BASE = "/var/tmp/gpu-fleet-workload"
+RELEASE_FILES = ["final.done", "final.mp4", "release.sha256", "verification.json"]
+
+
+def set_workload(proj: PulumiProject, **fields) -> None:
+    path = proj.dir / "stacks" / "Pulumi.lab.yaml"
+    raw = yaml.safe_load(path.read_text())
+    raw["config"]["gpu-fleet:workload"] = {**raw["config"].get("gpu-fleet:workload", {}), **fields}
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+
+
+def tree(path: str) -> dict[str, str]:
+    """Every file under a path on the storage host -> its SHA-256."""
+    out = ssh("storage", f"cd {path} && find . -type f -exec sha256sum {{}} + | sort", check=False).stdout
+    return {line.split()[1]: line.split()[0] for line in out.splitlines()}
+
+
+def leftovers() -> dict[str, str]:
+    """Per node: what is left of any workload job (its directories, processes from them)."""
+    found = {}
+    for n in NODES:
+        out = ssh(n, f"ls -A {NODE_BASE} 2>/dev/null; for p in /proc/[0-9]*; do "
+                     f"case $(readlink $p/exe 2>/dev/null) in {NODE_BASE}/*) echo pid ${{p#/proc/}};; esac; done",
+                  check=False).stdout.strip()
+        if out:
+            found[n] = out
+    return found
+
+
+def render_job(run: str, name: str, args: str, shape: str) -> str:
+    """A job of the stand-in render through every node's task.sh with the stack's runtime (as
+    the layer's render job runs it), its segments under the run's directory; its id."""
+    archive = ssh("ctl", "sed -n 's/.*task.sh \\([^ ]*\\) \\([0-9a-f]\\{64\\}\\) .*/\\1 \\2/p' "
+                         "/etc/gpu-fleet/workload/render").stdout.split()
+    assert len(archive) == 2, archive
+    media = f"/mnt/data/outputs/gpu-fleet-workload/runs/{run}/{name}"
+    script = (f"#!/bin/sh\nmkdir -p {media}\nMEDIA_DIR={media} exec srun sh /opt/gpu-fleet/workload/task.sh "
+              f"{archive[0]} {archive[1]} render.sh {args}\n")
+    ssh("ctl", f"cat > /tmp/gf-{name}.sh <<'EOF'\n{script}EOF\nchmod 644 /tmp/gf-{name}.sh")
+    return ssh("ctl", f"cd /tmp && runuser -u fleetcanary -- sbatch --parsable {shape} --mem=400M -o /dev/null "
+                      f"/tmp/gf-{name}.sh").stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def workload(lab, tmp_path_factory):
+    proj = PulumiProject.copy_of_repo(tmp_path_factory.mktemp("workload"))
+    proj.init_stack("lab")
+    set_storage(proj)
+    set_workload(proj, enabled=True, render={"nodes": 3, "mem_mib": 400}, post_mem_mib=400, timeout_s=900,
+                 node_packages={"zstd": repo_version("zstd")})
+    try:
+        proj.run("up", "--yes", "--stack", "lab", timeout=1800)
+        yield proj
+    finally:
+        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
+        drop_datasets()
+
+
+def test_the_pipeline_renders_on_three_nodes_gates_and_publishes_once(workload):
+    out = outputs(workload)["workload"]
+    jobs = out["jobs"]
+    assert [jobs[s]["state"] for s in ("p0", "render", "assemble", "qa")] == ["COMPLETED"] * 4, jobs
+    assert all(j["exit_code"] == "0:0" for j in jobs.values()), jobs
+    # each rank printed the geometry it received before rendering, one segment a node
+    render_out = ssh("storage", f"cat {RUNS}/slurm-{jobs['render']['id']}.out").stdout
+    for k in range(3):
+        assert f"request_geometry 320x180 fps=24 frames=240 segment={k}/3 first_frame={240 * k}" in render_out
+    p0_out = ssh("storage", f"cat {RUNS}/slurm-{jobs['p0']['id']}.out").stdout
+    assert "preflight ok ffmpeg version 7.0.2-static" in p0_out, p0_out
+    # the release: exactly its four files, matching release.sha256 and the stack output
+    release = out["release"]
+    server = f"{RELEASES}/{release['job']}"
+    assert release["job"] == jobs["render"]["id"]
+    assert sorted(tree(server)) == [f"./{f}" for f in RELEASE_FILES]
+    ssh("storage", f"cd {server} && sha256sum -c --strict --quiet release.sha256")
+    film = ssh("storage", f"sha256sum {server}/final.mp4").stdout.split()[0]
+    assert release["film_sha256"] == film
+    verification = json.loads(ssh("storage", f"cat {server}/verification.json").stdout)
+    figures = {g["name"]: g["figure"] for g in verification["gates"]}
+    assert verification["passed"] and figures["frames"] == 720, figures
+    assert figures["audio_end"] == {"ticks": 960000, "rate": 32000}
+    assert out["passed"] and set(out["gates"]) == set(figures) and all(g["passed"] for g in out["gates"].values())
+    # the evidence beside it: the joins' contact sheet (two joins, four frames each)
+    sheet = ssh("storage", f"head -c 24 {RUNS}/{jobs['p0']['id']}/joins.png | od -An -tx1").stdout.split()
+    assert sheet[:8] == ["89", "50", "4e", "47", "0d", "0a", "1a", "0a"]
+    assert int("".join(sheet[16:20]), 16) == 4 * 320 and int("".join(sheet[20:24]), 16) == 2 * 180
+    # every task removed its own runtime: nothing is left on any node
+    assert leftovers() == {}
+
+
+def test_a_second_up_submits_nothing(workload):
+    before = ssh("storage", f"ls {RUNS}").stdout.split()
+    workload.run("preview", "--stack", "lab", "--expect-no-changes", timeout=600)
+    workload.run("up", "--yes", "--stack", "lab", "--expect-no-changes", timeout=900)
+    assert ssh("storage", f"ls {RUNS}").stdout.split() == before
+
+
+def test_a_task_killed_outright_leaves_no_runtime_and_no_process_on_any_node(workload):
+    """node1's task shell killed with SIGKILL (its trap never runs): srun ends the other ranks
+    (their traps clean up) and Slurm's Epilog (the layer's epilog.sh) removes what node1's left."""
+    run = outputs(workload)["workload"]["jobs"]["p0"]["id"]
+    # a long render (1280x720, 2400 frames a rank) through the node's task.sh, as the layer's jobs run
+    job = render_job(run, "killed", "1280 720 24 2400", "-N3 --ntasks-per-node=1")
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:  # every rank staged its runtime and runs its ffmpeg
+            left = leftovers()
+            if len(left) == 3 and all("pid " in v for v in left.values()):
+                break
+            time.sleep(1)
+        else:
+            pytest.fail(f"job {job} never ran a runtime on all three nodes: {leftovers()}")
+        ssh("node1", "pkill -KILL -f 'gpu-fleet/workload/task[.]sh'")  # not the ffmpeg it started
+        deadline = time.monotonic() + 120
+        while leftovers() and time.monotonic() < deadline:
+            time.sleep(1)
+    finally:
+        ssh("ctl", f"scancel {job}", check=False)
+    why = {n: ssh(n, "grep -i epilog /var/log/slurm/slurmd.log | tail -5", check=False).stdout for n in NODES}
+    assert leftovers() == {}, why
+    # the Epilog logs only what it found: node1's directory, which no trap removed
+    log = ssh("node1", "cat /var/log/gpu-fleet/workload-epilog.log", check=False).stdout
+    assert f"job {job}: removed {NODE_BASE}/{job}." in log, (log, why)
+    states = ssh("ctl", "sinfo -h -N -o '%N %t'").stdout
+    assert "drain" not in states, states  # an Epilog that failed would drain its node
+
+
+def test_a_gate_that_fails_publishes_nothing_and_names_the_gate(workload):
+    before = tree(RELEASES)
+    set_workload(workload, thresholds={"lufs_max": -40, "lufs_min": -60})
+    p = workload.run("up", "--yes", "--stack", "lab", check=False, timeout=1500)
+    text = p.stdout + p.stderr
+    assert p.returncode != 0
+    assert "the pipeline stopped at its qa job" in text and "nothing was published" in text, text[-3000:]
+    assert "gate loudness failed" in text, text[-3000:]
+    assert tree(RELEASES) == before
+    set_workload(workload, thresholds={})
+
+
+def test_destroy_renames_the_release_and_nothing_else_changes(workload):
+    out = outputs(workload)["workload"]
+    job, run = out["release"]["job"], out["jobs"]["p0"]["id"]
+    release, media = tree(f"{RELEASES}/{job}"), tree(f"{RUNS}/{run}/media")
+    assert release and media
+    workload.run("destroy", "--yes", "--stack", "lab", timeout=900)
+    assert ssh("storage", f"test -e {RELEASES}/{job}", check=False).returncode != 0
+    assert tree(f"{RELEASES}/.rolled-back/{job}") == release
+    assert tree(f"{RUNS}/{run}/media") == media
