@@ -25,6 +25,16 @@ ROOT = Path(__file__).resolve().parents[2]
 STATE = ROOT / ".state" / "lab"
 
 
+RELEASE24_MODULES = "test_v2411_"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The test_v2411_* modules run last, whatever the other modules are named: their shared
+    stack (`release24`) leaves Slurm 24.11 installed on the hosts until the session ends, and
+    the 22.05 stacks of any module after them would be refused (Slurm does not downgrade)."""
+    items.sort(key=lambda item: item.path.name.startswith(RELEASE24_MODULES))
+
+
 def lab_command(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
     """Run `python -m lab <args>` from the repo root with this interpreter."""
     p = subprocess.run([sys.executable, "-m", "lab", *args], cwd=ROOT, capture_output=True,
