@@ -10,13 +10,19 @@ zfs-fuse, ffmpeg 7.0.2 (static), the gates.
 
 One stack, in order: the pipeline publishes once; a second `up` submits nothing; a render killed
 outright leaves no runtime and no process on any node (the Epilog); a gate that fails publishes
-nothing and names the gate; destroy renames the release and nothing else changes.
+nothing and names the gate; the seed's failures (a runtime changed after P0, and the render-side
+ones as FAULTS, render commands of workload_faults/ that make the seed's mistakes) each stop the
+pipeline with nothing published and a sentence naming the cause; destroy renames the release and
+nothing else changes.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -30,6 +36,7 @@ from .test_storage import drop_datasets, outputs, set_storage
 SERVER = "/srv/ai/data/outputs/gpu-fleet-workload"
 RUNS, RELEASES = f"{SERVER}/runs", f"{SERVER}/releases"
 NODE_BASE = "/var/tmp/gpu-fleet-workload"
+FAULTS = Path(__file__).with_name("workload_faults")
 RELEASE_FILES = ["final.done", "final.mp4", "release.sha256", "verification.json"]
 
 
@@ -46,6 +53,13 @@ def tree(path: str) -> dict[str, str]:
     return {line.split()[1]: line.split()[0] for line in out.splitlines()}
 
 
+def report_row(proj: PulumiProject) -> dict:
+    """Criterion 7 of the acceptance report beside the project's state."""
+    report = json.loads((proj.dir / ".state" / "artifacts" / "acceptance" / "lab.json").read_text())
+    [row] = [c for c in report["criteria"] if c["id"] == 7]
+    return row
+
+
 def leftovers() -> dict[str, str]:
     """Per node: what is left of any workload job (its directories, processes from them)."""
     found = {}
@@ -58,18 +72,32 @@ def leftovers() -> dict[str, str]:
     return found
 
 
-def render_job(run: str, name: str, args: str, shape: str) -> str:
-    """A job of the stand-in render through every node's task.sh with the stack's runtime (as
-    the layer's render job runs it), its segments under the run's directory; its id."""
+def stack_runtime() -> tuple[str, str]:
+    """The runtime archive the stack's render job uses (its path on the nodes) and its SHA-256."""
     archive = ssh("ctl", "sed -n 's/.*task.sh \\([^ ]*\\) \\([0-9a-f]\\{64\\}\\) .*/\\1 \\2/p' "
                          "/etc/gpu-fleet/workload/render").stdout.split()
     assert len(archive) == 2, archive
+    return archive[0], archive[1]
+
+
+def render_job(run: str, name: str, args: str, shape: str, archive: str = "", out: str = "/dev/null") -> str:
+    """A job of the stand-in render through every node's task.sh with the stack's runtime (as
+    the layer's render job runs it; `archive`: another file in its place, checked against the
+    stack's hash), its segments under the run's directory; its id."""
+    path, sha = stack_runtime()
     media = f"/mnt/data/outputs/gpu-fleet-workload/runs/{run}/{name}"
     script = (f"#!/bin/sh\nmkdir -p {media}\nMEDIA_DIR={media} exec srun sh /opt/gpu-fleet/workload/task.sh "
-              f"{archive[0]} {archive[1]} render.sh {args}\n")
+              f"{archive or path} {sha} render.sh {args}\n")
     ssh("ctl", f"cat > /tmp/gf-{name}.sh <<'EOF'\n{script}EOF\nchmod 644 /tmp/gf-{name}.sh")
-    return ssh("ctl", f"cd /tmp && runuser -u fleetcanary -- sbatch --parsable {shape} --mem=400M -o /dev/null "
+    return ssh("ctl", f"cd /tmp && runuser -u fleetcanary -- sbatch --parsable {shape} --mem=400M -o {out} "
                       f"/tmp/gf-{name}.sh").stdout.strip()
+
+
+def wait_gone(job: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while ssh("ctl", f"squeue -h -j {job} -o %i", check=False).stdout.strip():
+        assert time.monotonic() < deadline, f"job {job} still queued or running"
+        time.sleep(1)
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +145,12 @@ def test_the_pipeline_renders_on_three_nodes_gates_and_publishes_once(workload):
     assert int("".join(sheet[16:20]), 16) == 4 * 320 and int("".join(sheet[20:24]), 16) == 2 * 180
     # every task removed its own runtime: nothing is left on any node
     assert leftovers() == {}
+    # criterion 7 of the acceptance report, filled by this run with its evidence
+    row = report_row(workload)
+    assert row["status"] == "met" and f"job render {jobs['render']['id']}: COMPLETED 0:0" in row["evidence"], row
+    assert f"verification: {release['dir']}/verification.json" in row["evidence"]
+    assert f"contact sheet of the joins: {out['contactSheet']}" in row["evidence"]
+    assert outputs(workload)["acceptance"]["criteria"]["7"] == "met"
 
 
 def test_a_second_up_submits_nothing(workload):
@@ -165,7 +199,76 @@ def test_a_gate_that_fails_publishes_nothing_and_names_the_gate(workload):
     assert "the pipeline stopped at its qa job" in text and "nothing was published" in text, text[-3000:]
     assert "gate loudness failed" in text, text[-3000:]
     assert tree(RELEASES) == before
+    row = report_row(workload)
+    assert row["status"] == "failed" and "gates failed: loudness" in row["evidence"], row
     set_workload(workload, thresholds={})
+
+
+def test_a_runtime_changed_after_p0_is_refused_on_every_node(workload):
+    """The archive a job unpacks is checked against the hash P0 recorded (the batch scripts
+    carry it): a copy changed by one byte is refused on all three nodes before anything runs."""
+    run = outputs(workload)["workload"]["jobs"]["p0"]["id"]
+    path, sha = stack_runtime()
+    server = path.replace("/mnt/data/", "/srv/ai/data/", 1)
+    changed = server.replace("runtime-", "changed-", 1)
+    ssh("storage", f"cp {server} {changed} && printf '\\0' >> {changed}")
+    before = tree(RELEASES)
+    log = f"/mnt/data/outputs/gpu-fleet-workload/runs/{run}/changed.out"
+    try:
+        job = render_job(run, "changed", "320 180 24 24", "-N3 --ntasks-per-node=1",
+                         archive=changed.replace("/srv/ai/data/", "/mnt/data/", 1), out=log)
+        wait_gone(job)
+    finally:
+        ssh("storage", f"rm -f {changed}")
+    text = ssh("storage", f"cat {log.replace('/mnt/data/', '/srv/ai/data/', 1)}").stdout
+    assert text.count(f"not {sha}: it changed after P0 staged it") == 3, text
+    assert "request_geometry" not in text, text  # no rank rendered anything
+    assert leftovers() == {} and tree(RELEASES) == before
+
+
+def with_fault(proj: PulumiProject, fault: str, **geometry) -> subprocess.CompletedProcess:
+    """`up` with a render command of workload_faults/ (copied into the project); must fail."""
+    (proj.dir / "faults").mkdir(exist_ok=True)
+    shutil.copy(FAULTS / fault, proj.dir / "faults" / fault)
+    set_workload(proj, render={"nodes": 3, "mem_mib": 400, "script": f"faults/{fault}"},
+                 geometry={"duration_s": 30, **geometry})
+    p = proj.run("up", "--yes", "--stack", "lab", check=False, timeout=1500)
+    assert p.returncode != 0, p.stdout[-3000:]
+    return p
+
+
+#: fault -> the job it stops at, what the message names, the film's length where not 30 s
+REPLAYS = {
+    "path.sh": ("render", ["ffmpeg: not found", "is not there (exit 127)", "never on the batch PATH"], {}),
+    "pipefail.sh": ("render", ["died of SIGPIPE (exit 141)", "grep -q` does under pipefail"], {}),
+    "receipt.sh": ("assemble", ["segment 0 has no receipt in /mnt/data/outputs/gpu-fleet-workload/runs/"], {}),
+    # the renderer's default canvas is 1216x768: three seconds of it, not thirty
+    "geometry.sh": ("qa", ["gate request_geometry failed", "segment 1 received 1216x768 fps=24 frames=24 of 3, "
+                           "the stack declared 320x180", "gate geometry failed"], {"duration_s": 3}),
+    "short.sh": ("qa", ["gate frames failed: 717", "gate audio_end failed"], {}),
+    "clone.sh": ("qa", ["gate motion failed", "frame 239 barely moves", "frame 479 barely moves"], {}),
+}
+
+
+@pytest.mark.parametrize("fault", list(REPLAYS))
+def test_the_seeds_failures_stop_the_pipeline_and_publish_nothing(workload, fault):
+    step, names, geometry = REPLAYS[fault]
+    before, runs = tree(RELEASES), set(ssh("storage", f"ls {RUNS}").stdout.split())
+    try:
+        p = with_fault(workload, fault, **geometry)
+    finally:  # the stand-in again, for what follows
+        set_workload(workload, render={"nodes": 3, "mem_mib": 400}, geometry={})
+    text = p.stdout + p.stderr
+    assert f"the pipeline stopped at its {step} job" in text and "nothing was published" in text, text[-3000:]
+    for name in names:
+        assert name in text, (name, text[-3000:])
+    assert tree(RELEASES) == before
+    if step == "qa":  # the film the gates refused stays for inspection, beside its verification
+        [run] = [r for r in set(ssh("storage", f"ls {RUNS}").stdout.split()) - runs if r.isdigit()]
+        assert {"./final.mp4", "./verification.json"} <= set(tree(f"{RUNS}/{run}/attempt")), run
+    if fault == "clone.sh":
+        assert "gate frames failed" not in text  # 720 frames: only the motion gate sees the clones
+    assert leftovers() == {}
 
 
 def test_destroy_renames_the_release_and_nothing_else_changes(workload):

@@ -55,18 +55,26 @@ class AcceptanceInputs:
 class AcceptanceOutputs:
     #: None when acceptance is off or no node is in a partition
     fleet: Optional[FleetAcceptance]
+    #: criterion 7 as the workload layer's run judged it, after this report (Fleet sets it)
+    workload_row: Optional[pulumi.Output[dict]] = None
 
     def exports(self) -> dict[str, pulumi.Input]:
-        """`acceptance`: per node passed, job ids and each check with what was seen."""
+        """`acceptance`: per node passed, job ids and each check with what was seen; the
+        criteria's statuses (the seventh the workload's, where the stack runs one)."""
         f = self.fleet
         if f is None:
             return {}
-        return {"acceptance": pulumi.Output.all(f.results, f.fleet_job, f.accepted, f.failed, f.criteria).apply(
+        later = self.workload_row if self.workload_row is not None else pulumi.Output.from_input(None)
+
+        def criteria(rows: list, row: Optional[dict]) -> dict[str, str]:
+            return {str(int(c["id"])): (row["status"] if row and int(c["id"]) == row["id"] else c["status"])
+                    for c in rows or []}
+        return {"acceptance": pulumi.Output.all(f.results, f.fleet_job, f.accepted, f.failed, f.criteria, later).apply(
             lambda t: {"accepted": t[2], "failed": t[3],
                        "nodes": {n: {"passed": r["passed"], "jobs": r["jobs"],
                                      "checks": {c["name"]: {"passed": c["passed"], "seen": c["seen"]}
                                                 for c in r["checks"]}} for n, r in (t[0] or {}).items()},
-                       "fleetJob": t[1], "criteria": {str(int(c["id"])): c["status"] for c in t[4] or []}})}
+                       "fleetJob": t[1], "criteria": criteria(t[4], t[5])})}
 
 
 class FleetAcceptance(Resource, module="acceptance", name="FleetAcceptance"):

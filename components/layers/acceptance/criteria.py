@@ -35,7 +35,7 @@ class Layers:
     #: the web layer's verification passed (it runs before acceptance), None without the layer
     web: Optional[str] = None
     k3s: bool = False
-    #: the workload layer runs after this report (its evidence is the stack output `workload`)
+    #: the workload layer runs after this report and fills its row (workload_row)
     workload: bool = False
 
 
@@ -90,7 +90,28 @@ def criteria(nodes: dict[str, dict], fleet_job: Optional[dict], layers: Layers) 
                       "(the K3s lab tests), not by an up"]) if layers.k3s
                 else _row(6, "not in this stack", "k3s_retirement", ["no K3s retirement layer"]))
     rows.append(_row(7, "after this report", "workload",
-                     ["the workload runs on the fleet this report accepts: its jobs, gates, release hashes and "
-                      "contact sheet are the stack output `workload`"]) if layers.workload
+                     ["the workload runs on the fleet this report accepts; its run fills this row (its jobs, "
+                      "gates, release hashes and contact sheet) and the stack output `workload`"]) if layers.workload
                 else _row(7, "not in this stack", "workload", ["no workload layer"]))
     return rows
+
+
+def workload_row(run: dict[str, Any]) -> dict[str, Any]:
+    """Row 7 from what the workload's run read back (its stack output `workload`, or its failure):
+    the jobs as Slurm recorded them, the gates' verification, the release's hashes, the contact sheet."""
+    jobs = run.get("jobs") or {}
+    release = run.get("release") or {}
+    ok = bool(run.get("passed")) and bool(release)
+    ev = [f"job {step} {j.get('id')}: {j.get('state')} {j.get('exit_code')}" for step, j in jobs.items()]
+    if release:
+        ev += [f"published {release.get('dir')} (final.mp4 sha256 {release.get('film_sha256')})",
+               f"verification: {release.get('dir')}/verification.json",
+               *(f"release.sha256: {line}" for line in release.get("release_sha256") or ())]
+    else:
+        ev.append(f"nothing published: {run.get('why') or 'no release'}")
+    failed = sorted(n for n, g in (run.get("gates") or {}).items() if not g.get("passed"))
+    ev.append(f"gates failed: {', '.join(failed)}" if failed
+              else f"{len(run.get('gates') or {})} gates passed" if run.get("gates") else "no gate ran")
+    if run.get("contact_sheet"):
+        ev.append(f"contact sheet of the joins: {run['contact_sheet']}")
+    return _row(7, "met" if ok and not failed else "failed", "workload", ev)

@@ -27,7 +27,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 CSS = """\
 body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
@@ -159,3 +159,15 @@ def write_report(report: dict[str, Any], directory: Path, stack: str) -> tuple[P
     _write_atomic(json_path, json.dumps(report, indent=2, sort_keys=False) + "\n")
     _write_atomic(html_path, render_html(report))
     return html_path, json_path
+
+
+def replace_row(directory: Path, stack: str, row: dict[str, Any]) -> Optional[Path]:
+    """A later layer's verdict on its criterion written into the report an acceptance wrote
+    (the row of the same id); None when there is no report to complete."""
+    path = Path(directory) / f"{stack}.json"
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    report["criteria"] = [row if c.get("id") == row["id"] else c for c in report.get("criteria") or ()]
+    return write_report(report, directory, stack)[0]

@@ -31,6 +31,8 @@ from ...kit import after_of, sh
 from ...providers import CommandWithVerify, File, PackageSet, Payload
 from ...scripts import script
 from ...site import Site
+from ..acceptance.component import REPORT_DIR
+from ..acceptance.criteria import workload_row
 from ..storage.config import StoreSpec
 from . import runtime
 from .config import WorkloadLayer
@@ -128,11 +130,20 @@ class WorkloadInputs:
     #: who submits when workload.user is unset
     canary_user: str
     triggers: dict
+    #: write row 7 of the acceptance report beside the state (the acceptance layer wrote it)
+    report: bool = False
 
 
 @dataclass(frozen=True)
 class WorkloadOutputs:
     run: WorkloadRun
+
+    def row(self) -> pulumi.Output[dict]:
+        """Row 7 of the acceptance report, from what this run read back."""
+        r = self.run
+        return pulumi.Output.all(r.jobs, r.release, r.gates, r.passed, r.contact_sheet).apply(
+            lambda v: workload_row({"jobs": v[0], "release": v[1], "gates": v[2], "passed": v[3],
+                                    "contact_sheet": v[4]}))
 
     def exports(self) -> dict[str, pulumi.Input]:
         r = self.run
@@ -168,6 +179,8 @@ class Workload(pulumi.ComponentResource):
             server_runs=places.server_runs, server_releases=places.server_releases, runtime_sha256=sha,
             jobs_sha256=hashlib.sha256(json.dumps(texts, sort_keys=True).encode()).hexdigest()[:16],
             triggers={**inputs.triggers, "segments": segments(w)[0]},
+            report={"dir": str(site.root.joinpath(*REPORT_DIR)), "stack": pulumi.get_stack()}
+            if inputs.report else None,
             opts=after(shipped, *jobs, *inputs.after))
         self.outputs = WorkloadOutputs(run=self.run)
         self.register_outputs({})

@@ -21,6 +21,8 @@ from pulumi.dynamic import Resource
 
 from ...errors import FleetError
 from ...kit import connect, sh
+from ..acceptance.criteria import workload_row
+from ..acceptance.report import replace_row
 from ...providers.base import RolloutCheck
 from ...providers.parts import Props, _entry
 from ...scripts import script, script_text, sections
@@ -113,16 +115,26 @@ class WorkloadRunProvider(RolloutCheck):
         got = parse_read(st.run(sh(_READ, props["server_releases"], props["server_runs"], ids["p0"], ids["render"],
                                    *ids.values()), mutating=False, check=False, timeout=120).stdout)
         failed = first_failure(ids, states)
+        out = {"jobs": {step: {"id": j, **states.get(j, {})} for step, j in ids.items()},
+               "run_dir": f"{props['runs']}/{ids['p0']}", "release": None, "gates": gate_summary(got["verification"]),
+               "passed": bool((got["verification"] or {}).get("passed")),
+               "contact_sheet": f"{props['runs']}/{ids['p0']}/joins.png" if got["joins"] else None,
+               "rolled_back": None}
         if failed is not None or not got["published"]:
-            raise FleetError(self._failure(ids, states, failed, got))
-        release = {"job": ids["render"], "dir": f"{props['releases']}/{ids['render']}",
-                   "film_sha256": got["film_sha256"], "release_sha256": got["release_sha256"]}
-        return {"jobs": {step: {"id": j, **states[j]} for step, j in ids.items()},
-                "run_dir": f"{props['runs']}/{ids['p0']}",
-                "release": release, "gates": gate_summary(got["verification"]),
-                "passed": bool((got["verification"] or {}).get("passed")),
-                "contact_sheet": f"{props['runs']}/{ids['p0']}/joins.png" if got["joins"] else None,
-                "rolled_back": None}
+            why = self._failure(ids, states, failed, got)
+            self._report(props, {**out, "passed": False, "why": why.splitlines()[0]})
+            raise FleetError(why)
+        out["release"] = {"job": ids["render"], "dir": f"{props['releases']}/{ids['render']}",
+                          "film_sha256": got["film_sha256"], "release_sha256": got["release_sha256"]}
+        self._report(props, out)
+        return out
+
+    @staticmethod
+    def _report(props: Props, run: dict[str, Any]) -> None:
+        """Row 7 of the acceptance report beside the state (the acceptance wrote the other six)."""
+        report = props.get("report") or {}
+        if report.get("dir"):
+            replace_row(report["dir"], report["stack"], workload_row(run))
 
     def _wait(self, ctl, props: Props, ids: dict[str, str]) -> dict[str, dict[str, Any]]:
         """Until every job has ended (a cancelled dependency ends the ones after it), or the
@@ -158,7 +170,7 @@ class WorkloadRunProvider(RolloutCheck):
         out = [x for x in got["outputs"].get(j, []) if x.strip()]
         if out:
             lines.append(f"  the last lines of job {j}'s output:")
-            lines += [f"    {x}" for x in out[-10:]]
+            lines += [f"    {x}" for x in out[-20:]]
         return "\n".join(lines)
 
     @_entry
@@ -211,12 +223,13 @@ class WorkloadRun(Resource):
     def __init__(self, name: str, *, conn: dict, storage_conn: dict, user: str, jobs_dir: str, accounting: bool,
                  timeout_s: int, runs: str, releases: str, server_runs: str, server_releases: str,
                  runtime_sha256: pulumi.Input[str], jobs_sha256: str, triggers: dict,
-                 opts: Optional[pulumi.ResourceOptions] = None):
+                 report: Optional[dict] = None, opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__(WorkloadRunProvider(), name,
                          {"conn": conn, "storage_conn": storage_conn, "user": user, "jobs_dir": jobs_dir,
                           "accounting": accounting, "timeout_s": timeout_s, "runs": runs, "releases": releases,
                           "server_runs": server_runs, "server_releases": server_releases,
                           "runtime_sha256": runtime_sha256, "jobs_sha256": jobs_sha256, "triggers": triggers,
+                          "report": report,
                           "jobs": None, "release": None, "gates": None, "passed": None, "contact_sheet": None,
                           "run_dir": None, "rolled_back": None},
                          opts)

@@ -67,8 +67,10 @@ def segments(w: WorkloadLayer) -> tuple[int, list[int]]:
 def spec(w: WorkloadLayer) -> dict[str, Any]:
     """What the gates judge the film against (gates.py; the runtime's ffmpeg is filled in on the node)."""
     g = w.geometry
+    per, joins = segments(w)
     return {"frames": w.frames, "width": g.width, "height": g.height, "fps": g.fps, "duration_s": g.duration_s,
-            "audio_rate": g.audio_rate, "joins": segments(w)[1], "anchors": [],
+            "audio_rate": g.audio_rate, "joins": joins, "anchors": [], "segments": w.render.nodes,
+            "segment_frames": per,
             "thresholds": w.thresholds.model_dump()}
 
 

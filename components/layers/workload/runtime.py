@@ -29,9 +29,11 @@ from ...errors import FleetError
 
 ONHOST = Path(__file__).with_name("onhost")
 #: what every runtime carries from onhost/, under lib/ (render.sh: the lab's STAND-IN for the
-#: video model; a real fleet's render command is its own)
+#: video model, unless the stack names its own render command)
 SCRIPTS = ("gates.py", "stage.sh", "preflight.sh", "assemble.sh", "contact_sheet.sh", "render.sh", "qa.sh",
            "publish.sh")
+#: the STAND-IN's name in every runtime, whichever render command lib/render.sh is
+STANDIN = "standin-render.sh"
 #: zstd's level: the static ffmpeg (80 MB) packs to about a third
 ZSTD_LEVEL = 12
 
@@ -57,6 +59,8 @@ def contents(ffmpeg: Path, thresholds: Mapping[str, float], extra: Mapping[str, 
     files: dict[str, tuple[bytes, int]] = {"bin/ffmpeg": (ffmpeg.read_bytes(), 0o755)}
     for name in SCRIPTS:
         files[f"lib/{name}"] = ((ONHOST / name).read_bytes(), 0o755)
+    # the stand-in under its own name too, so a stack's render command may wrap it
+    files[f"lib/{STANDIN}"] = files["lib/render.sh"]
     for name, path in sorted(extra.items()):
         files[f"lib/{name}"] = (path.read_bytes(), 0o755)
     files["thresholds.json"] = (json.dumps(dict(thresholds), indent=1, sort_keys=True).encode() + b"\n", 0o644)

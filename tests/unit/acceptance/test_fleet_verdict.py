@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from components.layers.acceptance.criteria import TITLES, Layers, criteria
+from components.layers.acceptance.criteria import TITLES, Layers, criteria, workload_row
 from components.layers.acceptance.node_checks import NodeExpect, check, first_failure, judge_node, parse_blocks, parse_node
 from components.layers.acceptance.provider import judge_fleet_job, judge_tres, node_hash_input, to_test
 
@@ -313,7 +313,33 @@ def test_row_7_is_never_met_by_the_acceptance(layers):
     r = rows(job=fleet_job(tres=True), **layers)
     assert r[7]["status"] == "not in this stack" and r[7]["layer"] == "workload"
     r = rows(job=fleet_job(tres=True), **layers, workload=True)
-    assert r[7]["status"] == "after this report" and "stack output `workload`" in r[7]["evidence"][0]
+    assert r[7]["status"] == "after this report" and "its run fills this row" in r[7]["evidence"][0]
+
+
+RUN = {"jobs": {"p0": {"id": "11", "state": "COMPLETED", "exit_code": "0:0"},
+                "render": {"id": "12", "state": "COMPLETED", "exit_code": "0:0"}},
+       "release": {"dir": "/mnt/data/outputs/gpu-fleet-workload/releases/12", "film_sha256": "ab" * 32,
+                   "release_sha256": ["cd" * 32 + "  final.mp4"]},
+       "gates": {"frames": {"passed": True}, "motion": {"passed": True}}, "passed": True,
+       "contact_sheet": "/mnt/data/outputs/gpu-fleet-workload/runs/11/joins.png"}
+
+
+def test_row_7_is_the_workloads_run_with_its_evidence():
+    row = workload_row(RUN)
+    assert row["id"] == 7 and row["status"] == "met" and row["layer"] == "workload"
+    assert row["evidence"] == [
+        "job p0 11: COMPLETED 0:0", "job render 12: COMPLETED 0:0",
+        f"published /mnt/data/outputs/gpu-fleet-workload/releases/12 (final.mp4 sha256 {'ab' * 32})",
+        "verification: /mnt/data/outputs/gpu-fleet-workload/releases/12/verification.json",
+        f"release.sha256: {'cd' * 32}  final.mp4", "2 gates passed",
+        "contact sheet of the joins: /mnt/data/outputs/gpu-fleet-workload/runs/11/joins.png"]
+    failed = workload_row({**RUN, "release": None, "passed": False, "gates": {"frames": {"passed": False}},
+                           "why": "workload: the pipeline stopped at its qa job"})
+    assert failed["status"] == "failed"
+    assert "nothing published: workload: the pipeline stopped at its qa job" in failed["evidence"]
+    assert "gates failed: frames" in failed["evidence"]
+    # a release with a failed gate is never met (the QA job would not have published it)
+    assert workload_row({**RUN, "gates": {"motion": {"passed": False}}})["status"] == "failed"
 
 
 def test_everything_at_once_is_seven_rows_and_only_evidenced_ones_are_met():

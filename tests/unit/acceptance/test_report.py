@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from components.layers.acceptance.report import render_html, write_report
+from components.layers.acceptance.report import render_html, replace_row, write_report
 from tests.unit.slurm.test_slurm_render import check_golden
 
 def _check(name, passed, seen):
@@ -144,3 +144,14 @@ def test_write_report_leaves_no_temp_file_when_a_write_fails(tmp_path, monkeypat
 def test_write_report_refuses_a_stack_that_is_not_a_file_name(tmp_path, stack):
     with pytest.raises(ValueError):
         write_report(MIXED, tmp_path, stack)
+
+
+def test_a_later_layer_replaces_its_row_in_both_files(tmp_path):
+    assert replace_row(tmp_path, "lab", _criterion(7, "x", "met", "workload")) is None  # no report yet
+    write_report(MIXED, tmp_path, "lab")
+    row = _criterion(7, "The workload runs", "met", "workload", "job render 12: COMPLETED 0:0")
+    html_path = replace_row(tmp_path, "lab", row)
+    saved = json.loads((tmp_path / "lab.json").read_text())
+    assert saved["criteria"][6] == row and saved["criteria"][:6] == MIXED["criteria"][:6]
+    assert saved["nodes"] == MIXED["nodes"]
+    assert "job render 12: COMPLETED 0:0" in _row_of(html_path.read_text(), "The workload runs")

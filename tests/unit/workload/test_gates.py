@@ -88,6 +88,20 @@ def test_motion_outliers_find_one_frozen_or_skipped_frame_and_spare_stills():
     assert g.motion_outliers([0.0] * 20, low=0.3, high=1.7, min_motion=0.5) == []  # a still shot
 
 
+def test_request_geometry_is_what_every_rank_printed_against_the_declared():
+    spec = {"width": 320, "height": 180, "fps": 24, "segments": 3, "segment_frames": 240}
+    printed = "".join(f"request_geometry 320x180 fps=24 frames=240 segment={k}/3 first_frame={240 * k}\n"
+                      "srun: some other line\n" for k in range(3))
+    ok = g.request_gate(spec, printed)
+    assert ok["passed"] and ok["figure"] == {str(k): "320x180 fps=24 frames=240 of 3" for k in range(3)}, ok
+    dropped = printed.replace("320x180 fps=24 frames=240 segment=1", "1216x768 fps=24 frames=240 segment=1")
+    bad = g.request_gate(spec, dropped.replace("segment=2/3", "segment=9/3"))
+    assert not bad["passed"] and bad["problems"] == [
+        "segment 1 received 1216x768 fps=24 frames=240 of 3, the stack declared 320x180 fps=24 frames=240 of 3",
+        "segment 2 printed no request_geometry line", "segment 9 printed, but the film has 3 segments"]
+    assert g.request_gate(spec, None)["problems"][0] == "segment 0 printed no request_geometry line"
+
+
 # ---- the gates on real films ---------------------------------------------------------------------
 
 def film(tmp_path: Path, name: str, lum: str = MOVING, seconds: float = SECONDS, audio: str = TONE) -> Path:

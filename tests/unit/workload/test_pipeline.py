@@ -36,10 +36,16 @@ BASICS = ("sh", "awk", "sha256sum", "mv", "cp", "rm", "mkdir", "zstd", "tar", "g
           "date")
 
 
+#: two of the lab's FAULTS (tests/lab/workload_faults/), packed as extra steps: a render command
+#: that runs ffmpeg from the batch PATH, and one that checks a filter with grep -q under pipefail
+FAULTS = Path(__file__).resolve().parents[2] / "lab" / "workload_faults"
+
+
 @pytest.fixture(scope="module")
 def packed(tmp_path_factory):
     d = tmp_path_factory.mktemp("runtime")
-    digest = runtime.pack(d / "runtime.tar.zst", FFMPEG, THRESHOLDS)
+    digest = runtime.pack(d / "runtime.tar.zst", FFMPEG, THRESHOLDS,
+                          {"path.sh": FAULTS / "path.sh", "pipefail.sh": FAULTS / "pipefail.sh"})
     return d / "runtime.tar.zst", digest
 
 
@@ -62,7 +68,8 @@ def step(script: str, *args: str, env: dict[str, str], path: str) -> subprocess.
 
 def test_the_runtime_is_deterministic_and_says_what_it_pins(packed, tmp_path):
     archive, digest = packed
-    assert runtime.pack(tmp_path / "again.tar.zst", FFMPEG, THRESHOLDS) == digest
+    assert runtime.pack(tmp_path / "again.tar.zst", FFMPEG, THRESHOLDS,
+                        {"path.sh": FAULTS / "path.sh", "pipefail.sh": FAULTS / "pipefail.sh"}) == digest
     p = subprocess.run(["sh", "-c", f"zstd -dc {archive} | tar -t"], capture_output=True, text=True, check=True)
     names = set(p.stdout.split())
     assert {"bin/ffmpeg", "lib/gates.py", "lib/stage.sh", "lib/preflight.sh", "lib/render.sh", "lib/assemble.sh",
@@ -73,6 +80,15 @@ def test_the_runtime_is_deterministic_and_says_what_it_pins(packed, tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["tools"]["ffmpeg"]["version"].startswith("ffmpeg version 7.0.2-static")
     assert manifest["tools"]["ffmpeg"]["sha256"] == runtime.sha256_bytes(FFMPEG.read_bytes())
+
+
+def test_the_stand_in_stays_in_the_runtime_beside_a_stacks_own_render_command(tmp_path):
+    own = tmp_path / "render.sh"
+    own.write_text("#!/bin/sh\nexec sh \"$RT/lib/standin-render.sh\" \"$@\"\n")
+    plain, wrapped = runtime.contents(FFMPEG, THRESHOLDS, {}), runtime.contents(FFMPEG, THRESHOLDS, {"render.sh": own})
+    standin = (ONHOST / "render.sh").read_bytes()
+    assert plain["lib/render.sh"][0] == plain[f"lib/{runtime.STANDIN}"][0] == standin
+    assert wrapped["lib/render.sh"][0] == own.read_bytes() and wrapped[f"lib/{runtime.STANDIN}"][0] == standin
 
 
 def test_stage_render_assemble_and_gate_on_three_ranks_with_no_ffmpeg_on_path(packed, tmp_path, batch_path):
@@ -227,6 +243,20 @@ def test_a_cancelled_task_leaves_no_runtime_and_the_epilog_backs_up_a_killed_one
     assert e.returncode == 0, e.stderr
     wait_for(lambda: not runtime_ffmpegs(base), "the epilog left the job's ffmpeg running", 10)
     assert list(base.iterdir()) == [] and f"killed {left[0]}" in log.read_text()
+
+
+def test_a_step_that_calls_a_tool_from_the_batch_path_or_dies_of_sigpipe_is_named(packed, tmp_path, batch_path):
+    """The seed's R0 and R2 as a task's step: exit 127 and 141, each with the task's sentence."""
+    base = tmp_path / "node-local"
+    (tmp_path / "media").mkdir()
+    p = task(packed, base, batch_path, "path.sh", "160", "90", "24", "24")
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 127 and "ffmpeg: not found" in err, err
+    assert "task.sh: path.sh ran a command that is not there (exit 127)" in err and batch_path in err, err
+    p = task(packed, base, batch_path, "pipefail.sh", "160", "90", "24", "24")
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 141 and "task.sh: pipefail.sh died of SIGPIPE (exit 141)" in err, err
+    assert list(base.iterdir()) == [] and not (tmp_path / "media" / "seg-0.done").exists()
 
 
 # ---- the capability check (R1, R2) ---------------------------------------------------------------

@@ -2,15 +2,18 @@
 """gpu-fleet media gates: what a film must prove before it is published (issue 37, the seed's R0-R6).
 
 Run on a node inside the QA job, with the runtime's pinned ffmpeg by absolute path (never the
-batch PATH's: the seed's R0 had none): `gates.py SPEC.json FILM.mp4 OUT.json`. ffmpeg alone
-answers every gate (a static build ships no ffprobe): each gate runs it once, captures its whole
+batch PATH's: the seed's R0 had none): `gates.py SPEC.json FILM.mp4 OUT.json [RENDER_LOG]`. ffmpeg alone
+answers every gate but `request_geometry` (a static build ships no ffprobe): each gate runs it once, captures its whole
 output first and only then parses it (the seed's R2: `grep -q` under pipefail killed the producer
 with SIGPIPE), and records its figure:
 
 - `frames`: the decoded frame count (the `showinfo` filter's lines) is the declared one (717 is
   not 720);
 - `pts`: presentation timestamps continuous, one frame duration apart;
-- `geometry`: width, height and frame rate as declared;
+- `geometry`: width, height and frame rate as declared, read back from the film;
+- `request_geometry`: what every render rank printed it received before its heavy step (the
+  render job's output: `request_geometry WxH fps=F frames=N segment=K/S`), as declared, one line
+  for every segment (the seed's G1-G3: a launcher that dropped the geometry);
 - `decode`: a strict full decode of video and audio (`ffmpeg -xerror`) ends cleanly;
 - `audio_end`: the last audio packet ends at the declared tick (960,000 at 32 kHz for 30 s; the
   packets as the `framecrc` muxer lists them, copied, not decoded);
@@ -137,6 +140,20 @@ def parse_intervals(kind: str, stderr: str) -> list[tuple[float, float]]:
     return found
 
 
+REQUEST = re.compile(r"^request_geometry (\d+)x(\d+) fps=(\d+(?:\.\d+)?) frames=(\d+) segment=(\d+)/(\d+)\b")
+
+
+def parse_request_geometry(text: str) -> dict[int, str]:
+    """A render job's output -> segment -> what its rank printed (`WxH fps=F frames=N of S`)."""
+    out = {}
+    for line in text.splitlines():
+        m = REQUEST.match(line.strip())
+        if m:
+            w, h, fps, frames, k, n = m.groups()
+            out[int(k)] = f"{w}x{h} fps={float(fps):g} frames={frames} of {n}"
+    return out
+
+
 def parse_ebur128(stderr: str) -> tuple[float, float]:
     """(integrated loudness in LUFS, true peak in dBFS) from ebur128's summary."""
     summary = stderr[stderr.rfind("Summary:"):]
@@ -169,10 +186,25 @@ def _anchor_ssim(ffmpeg: str, film: str, frame: int, image: str) -> float:
     return parse_ssim(ffmpeg_on(ffmpeg, film, "-i", image, "-lavfi", graph, "-f", "null", "-").stderr)
 
 
-def check(spec: dict, film: str) -> list[Gate]:
-    """Every gate of `spec` on `film` (see the module's docstring)."""
+def request_gate(spec: dict, render_log: Optional[str]) -> Gate:
+    """Every segment's printed geometry against the declared one (no log: every segment unproven)."""
+    n = spec["segments"]
+    want = f"{spec['width']}x{spec['height']} fps={float(spec['fps']):g} frames={spec['segment_frames']} of {n}"
+    printed = parse_request_geometry(render_log or "")
+    problems = [f"segment {k} printed no request_geometry line" if k not in printed else
+                f"segment {k} received {printed[k]}, the stack declared {want}"
+                for k in range(n) if printed.get(k) != want]
+    problems += [f"segment {k} printed, but the film has {n} segments" for k in sorted(printed) if k >= n]
+    return gate("request_geometry", not problems, {str(k): v for k, v in sorted(printed.items())}, want, problems)
+
+
+def check(spec: dict, film: str, render_log: Optional[str] = None) -> list[Gate]:
+    """Every gate of `spec` on `film` (see the module's docstring); `request_geometry` where the
+    spec names the segments, from the render job's output `render_log`."""
     ffmpeg, th = spec["ffmpeg"], spec["thresholds"]
     gates: list[Gate] = []
+    if "segments" in spec:
+        gates.append(request_gate(spec, render_log))
     v = parse_showinfo(ffmpeg_on(ffmpeg, film, "-map", "0:v:0", "-vf", "showinfo", "-f", "null", "-").stderr)
     gates.append(gate("frames", v["frames"] == spec["frames"], v["frames"], spec["frames"]))
     want_geo = {"width": spec["width"], "height": spec["height"], "fps": float(spec["fps"])}
@@ -232,16 +264,20 @@ def check(spec: dict, film: str) -> list[Gate]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 3:
-        print("usage: gates.py SPEC.json FILM.mp4 OUT.json", file=sys.stderr)
+    if len(args) not in (3, 4):
+        print("usage: gates.py SPEC.json FILM.mp4 OUT.json [RENDER_LOG]", file=sys.stderr)
         return 2
-    spec_path, film, out = args
+    spec_path, film, out = args[:3]
     with open(spec_path, encoding="utf-8") as f:
         spec = json.load(f)
+    render_log = None
+    if len(args) == 4 and os.path.isfile(args[3]):
+        with open(args[3], encoding="utf-8", errors="replace") as f:
+            render_log = f.read()
     if "ffmpeg" not in spec and os.environ.get("RT"):  # in a job: the runtime's own, by path
         spec["ffmpeg"] = os.path.join(os.environ["RT"], "bin", "ffmpeg")
     try:
-        gates = check(spec, film)
+        gates = check(spec, film, render_log)
     except GateError as e:
         print(f"gpu-fleet gates: {film}: {e}", file=sys.stderr)
         return 3

@@ -8,7 +8,10 @@
 set -eu
 attempt="$RUN_DIR/attempt"
 rc=0
-python3 "$RT/lib/gates.py" "$RUN_DIR/spec.json" "$attempt/final.mp4" "$attempt/verification.json" || rc=$?
+# the render job's output (beside the run, as its --output names it): what each rank printed it received
+render_log="${RUN_DIR%/*}/slurm-${GF_FILM_JOB:?the render job id}.out"
+python3 "$RT/lib/gates.py" "$RUN_DIR/spec.json" "$attempt/final.mp4" "$attempt/verification.json" "$render_log" \
+  || rc=$?
 if [ "$#" -gt 0 ] && [ -f "$attempt/final.mp4" ]; then
   sh "$RT/lib/contact_sheet.sh" "$attempt/final.mp4" "$RUN_DIR/joins.png" "$@" \
     || echo "qa: the contact sheet could not be made" >&2
@@ -17,4 +20,4 @@ if [ "$rc" -ne 0 ]; then
   echo "qa: a gate failed (gates.py exit $rc): nothing published; the attempt stays in $attempt" >&2
   exit "$rc"
 fi
-sh "$RT/lib/publish.sh" "$attempt" "$PUBLISH_ROOT" "${GF_FILM_JOB:?the render job id}"
+sh "$RT/lib/publish.sh" "$attempt" "$PUBLISH_ROOT" "$GF_FILM_JOB"

@@ -23,4 +23,13 @@ RT="$mine/runtime"
 export RT
 # in the background: a trapped signal interrupts `wait` at once, not after the step ends
 "$RT/lib/$name" "$@" &
-wait "$!"
+rc=0
+wait "$!" || rc=$?
+# the seed's two naive failures, named (the step's own words are above in the job's output)
+case $rc in
+  127) echo "task.sh: $name ran a command that is not there (exit 127): a job finds its tools in the runtime" \
+         "($RT/bin) by path, never on the batch PATH ($PATH)" >&2 ;;
+  141) echo "task.sh: $name died of SIGPIPE (exit 141): a reader closed its pipe while the step still wrote" \
+         "to it, as \`grep -q\` does under pipefail; capture the output whole, then search it" >&2 ;;
+esac
+exit "$rc"

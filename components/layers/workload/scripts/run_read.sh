@@ -20,6 +20,6 @@ else
 fi
 echo "== joins"; [ -f "$runs/$run/joins.png" ] && echo "$runs/$run/joins.png"
 for j in "$@"; do
-  echo "== out $j"; tail -n 15 "$runs/slurm-$j.out" 2>/dev/null
+  echo "== out $j"; tail -n 20 "$runs/slurm-$j.out" 2>/dev/null
 done
 exit 0
