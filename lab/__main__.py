@@ -26,6 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     pu.add_argument("--rootfs", choices=["auto", "overlay", "copy"], default=None,
                     help="per-host root filesystem: overlay on the cached image, or a full copy "
                          "(default auto: overlay, else copy; env GPU_FLEET_LAB_ROOTFS)")
+    sub.add_parser("prepare", help="build (or find in the machine-wide cache) the image and the package "
+                                   "repository `up` boots from, booting nothing (needs the Debian mirror "
+                                   "the first time on a machine)")
     sub.add_parser("down", help="stop every lab host and remove its state (keeps the cache)")
     sub.add_parser("status", help="one line per host: process alive, ssh reachable")
     pr = sub.add_parser("reboot", help="restart one host of the running lab (a clean poweroff, "
@@ -60,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
             if not 1 <= args.nodes <= MAX_NODES:
                 p.error(f"--nodes must be between 1 and {MAX_NODES}")
             core.up(args.nodes, args.timeout, args.rootfs)
+            return 0
+        if args.cmd == "prepare":
+            core.prepare()
             return 0
         if args.cmd == "down":
             core.down()

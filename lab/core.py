@@ -12,7 +12,7 @@ from .common import (
     HOSTS_DIR, INVENTORY, KEY, KNOWN_HOSTS, LOGS_DIR, STACK_FILE, STATE, LabError, cache_dir,
     check_tools, flock, last_line, log, rel, remove_tree, require_root,
 )
-from .hosts import BRIDGE, DEFAULT_NODES, Host, lab_hosts
+from .hosts import BRIDGE, DEFAULT_NODES, Host, lab_hosts, machine_name
 from .ssh import ensure_lab_key, ssh_ok
 
 TOOLS = ["systemd-nspawn", "ssh", "ssh-keygen", "ip", "zstd", "tar", "mount"]
@@ -106,6 +106,17 @@ def up(nodes: int = DEFAULT_NODES, timeout: float = 120.0, rootfs_mode: str | No
                 except Exception as e:  # report the boot error, not this one
                     log(f"cleanup after the failed boot also failed: {e}")
             raise
+
+
+def prepare() -> None:
+    """The image and package repository, cached machine-wide (what `up` builds first): a second
+    lab in a network namespace without the mirrors boots from them (scripts/lab2.sh)."""
+    require_root()
+    check_tools(TOOLS)
+    start = time.monotonic()
+    image.ensure_base()
+    repo.ensure_repo()
+    log(f"image and repository ready ({time.monotonic() - start:.1f} s)")
 
 
 def _boot(hosts: list[Host], nodes: int, timeout: float, rootfs_mode: str, start: float) -> dict:
@@ -265,7 +276,7 @@ def _down(quiet: bool, keep_logs: bool = True) -> None:
     if HOSTS_DIR.exists():
         remove_tree(HOSTS_DIR)
     for n in names:  # nspawn's per-machine propagation dir, left behind by a killed nspawn
-        prop = Path("/run/systemd/nspawn/propagate") / n
+        prop = Path("/run/systemd/nspawn/propagate") / machine_name(n)
         if prop.is_dir():
             remove_tree(prop)
     net.delete_bridge()

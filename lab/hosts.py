@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 BRIDGE = "gflab0"
@@ -12,7 +13,13 @@ BRIDGE_ADDR = f"{NET}.1"
 BRIDGE_NAME = "labhost"  # how the hosts name this machine in /etc/hosts
 DEFAULT_NODES = 3
 MAX_NODES = 30
-CGROUP_PARENT = "gpu-fleet-lab"
+DEFAULT_LAB = "gpu-fleet-lab"
+#: Which lab this is. A second lab (scripts/lab2.sh: `make test` runs half the lab tests on
+#: it) sets GPU_FLEET_LAB_NAME and lives in a network namespace of its own, so its bridge and
+#: addresses are these same ones; what it shares with the first is this machine's cgroup
+#: hierarchies and nspawn's per-machine directories, named after it.
+LAB_NAME = os.environ.get("GPU_FLEET_LAB_NAME") or DEFAULT_LAB
+CGROUP_PARENT = LAB_NAME
 
 
 @dataclass(frozen=True)
@@ -23,6 +30,11 @@ class Host:
 
     def as_dict(self) -> dict:
         return {"name": self.name, "address": self.address, "roles": list(self.roles)}
+
+
+def machine_name(host: str) -> str:
+    """The host's nspawn machine name (its hostname is /etc/hostname's, the host name in both labs)."""
+    return host if LAB_NAME == DEFAULT_LAB else f"{LAB_NAME}-{host}"
 
 
 def lab_hosts(nodes: int = DEFAULT_NODES) -> list[Host]:

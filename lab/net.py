@@ -9,7 +9,9 @@ from .hosts import BRIDGE, BRIDGE_ADDR, PREFIXLEN
 
 
 def bridge_exists() -> bool:
-    return Path(f"/sys/class/net/{BRIDGE}").exists()
+    """Asked over netlink, in this process's network namespace: /sys/class/net shows the one
+    that mounted /sys, which a second lab (its own namespace, this mount namespace) does not own."""
+    return run(["ip", "-o", "link", "show", "dev", BRIDGE], check=False).returncode == 0
 
 
 def ensure_bridge() -> None:

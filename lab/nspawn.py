@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from .common import HOSTS_DIR, LOGS_DIR, LabError, k3s_cache_dir, remove_tree, sha16
-from .hosts import BRIDGE, CGROUP_PARENT, Host
+from .hosts import BRIDGE, CGROUP_PARENT, Host, machine_name
 from .repo import MOUNT_POINT
 from .rootfs import rootfs_dir
 
@@ -196,7 +196,7 @@ def role_flags(host: Host) -> list[str]:
 def nspawn_argv(host: Host, repo: Path) -> list[str]:
     return [
         NSPAWN, *COMMON_FLAGS,
-        f"--machine={host.name}",
+        f"--machine={machine_name(host.name)}",
         f"--directory={rootfs_dir(host.name)}",
         f"--bind-ro={repo}:{MOUNT_POINT}",
         *role_flags(host),

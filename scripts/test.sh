@@ -32,18 +32,40 @@ if [ $# -gt 0 ]; then exec .venv/bin/python -m pytest "$@"; fi
 
 # The lab tests spend most of their wall time waiting on the lab's hosts (daemons, Slurm's
 # scheduling cycles, SSH) with a core to spare; the rest of the suite is CPU-bound Python and
-# the real CLI on this machine only. So the rest runs beside the lab tests, its report printed
-# after theirs; either failing fails `make test`.
-log="$(mktemp "${TMPDIR:-/tmp}/gf-test-offline.XXXXXX")"
-trap 'rm -f "$log"' EXIT
-.venv/bin/python -m pytest tests/unit tests/mock tests/policy tests/integration >"$log" 2>&1 &
+# the real CLI on this machine only. So as root the lab tests run on two labs at once, each
+# module on one of them (tests/lab/shards.py; the second lab: scripts/lab2.sh), and the
+# rest runs beside them; the reports follow each other, the first lab's as it runs. Any part
+# failing fails `make test`. GPU_FLEET_LAB_SHARDS=1: one lab runs every lab test.
+offline_log="$(mktemp "${TMPDIR:-/tmp}/gf-test-offline.XXXXXX")"
+lab2_log="$(mktemp "${TMPDIR:-/tmp}/gf-test-lab2.XXXXXX")"
+trap 'rm -f "$offline_log" "$lab2_log"' EXIT
+.venv/bin/python -m pytest tests/unit tests/mock tests/policy tests/integration >"$offline_log" 2>&1 &
 offline=$!
-lab_rc=0
-.venv/bin/python -m pytest tests/lab || lab_rc=$?
+labs=1
+if [ "$(id -u)" -eq 0 ] && [ "${GPU_FLEET_LAB_SHARDS:-2}" = 2 ]; then labs=2; fi
+lab2_rc=0
+if [ "$labs" = 2 ]; then
+  GPU_FLEET_LAB_SHARD=2/2 scripts/lab2.sh .venv/bin/python -m pytest tests/lab >"$lab2_log" 2>&1 &
+  lab2=$!
+  lab_rc=0
+  GPU_FLEET_LAB_SHARD=1/2 .venv/bin/python -m pytest tests/lab || lab_rc=$?
+  wait "$lab2" || lab2_rc=$?
+  echo
+  echo "======== tests/lab on the second lab (ran beside the first) ========"
+  cat "$lab2_log"
+else
+  lab_rc=0
+  .venv/bin/python -m pytest tests/lab || lab_rc=$?
+fi
 offline_rc=0
 wait "$offline" || offline_rc=$?
 echo
 echo "======== tests/unit tests/mock tests/policy tests/integration (ran beside tests/lab) ========"
-cat "$log"
-echo "make test: tests/lab exited $lab_rc; tests/unit, mock, policy and integration exited $offline_rc"
-[ "$lab_rc" -eq 0 ] && [ "$offline_rc" -eq 0 ]
+cat "$offline_log"
+if [ "$labs" = 2 ]; then
+  echo "make test: tests/lab exited $lab_rc on the first lab, $lab2_rc on the second;" \
+    "tests/unit, mock, policy and integration exited $offline_rc"
+else
+  echo "make test: tests/lab exited $lab_rc; tests/unit, mock, policy and integration exited $offline_rc"
+fi
+[ "$lab_rc" -eq 0 ] && [ "$lab2_rc" -eq 0 ] && [ "$offline_rc" -eq 0 ]

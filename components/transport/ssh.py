@@ -55,8 +55,15 @@ lifeline.install()  # in the engine's provider process: Cancel and the engine's 
 
 
 def _control_dir() -> Path:
-    # Unix socket paths are limited to 108 bytes: keep the directory short.
-    d = Path(tempfile.gettempdir()) / f"gfssh-{os.getuid()}"
+    """Where the ssh masters' sockets live: one directory per user and network namespace. A
+    master reaches an address in the namespace it was opened in, and the same address in
+    another namespace is another host (a second lab beside the first, scripts/lab2.sh).
+    Unix socket paths are limited to 108 bytes: the name stays short."""
+    try:
+        netns = os.stat("/proc/self/ns/net").st_ino
+    except OSError:  # no procfs: one namespace as far as this process can tell
+        netns = 0
+    d = Path(tempfile.gettempdir()) / f"gfssh-{os.getuid()}-{netns}"
     d.mkdir(mode=0o700, exist_ok=True)
     return d
 

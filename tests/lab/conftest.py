@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from . import shards
+
 ROOT = Path(__file__).resolve().parents[2]
 STATE = ROOT / ".state" / "lab"
 
@@ -28,10 +30,24 @@ STATE = ROOT / ".state" / "lab"
 RELEASE24_MODULES = "test_v2411_"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The test_v2411_* modules run last, whatever the other modules are named: their shared
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With GPU_FLEET_LAB_SHARD=K/N only the lab tests of lab K run (tests/lab/shards.py).
+
+    The test_v2411_* modules run last, whatever the other modules are named: their shared
     stack (`release24`) leaves Slurm 24.11 installed on the hosts until the session ends, and
     the 22.05 stacks of any module after them would be refused (Slurm does not downgrade)."""
+    spec = os.environ.get("GPU_FLEET_LAB_SHARD")
+    if spec:
+        k, n = shards.parse(spec)
+        here = Path(__file__).parent
+        lab_items = [i for i in items if i.path.parent == here]
+        # every module here, run or not: a module's lab does not depend on what else was asked for
+        mine = shards.assign(sorted(p.name for p in here.glob("test_*.py")), n)
+        other = [i for i in lab_items if mine[i.path.name] != k]
+        if other:
+            config.hook.pytest_deselected(items=other)
+            drop = set(map(id, other))
+            items[:] = [i for i in items if id(i) not in drop]
     items.sort(key=lambda item: item.path.name.startswith(RELEASE24_MODULES))
 
 

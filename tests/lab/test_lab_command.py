@@ -18,8 +18,8 @@ import pytest
 import yaml
 
 from components.config.load import parse_fleet_config
-from lab import nspawn
-from lab.hosts import BRIDGE, CGROUP_PARENT, lab_hosts
+from lab import net, nspawn
+from lab.hosts import CGROUP_PARENT, lab_hosts
 from lab.repo import closure_names
 from lab.stackfile import render_stack
 
@@ -71,7 +71,7 @@ def inventory() -> dict:
 def assert_lab_is_down() -> None:
     assert not (STATE / "inventory.json").exists()
     assert not (STATE / "hosts").exists()
-    assert not os.path.exists(f"/sys/class/net/{BRIDGE}")
+    assert not net.bridge_exists()
     assert not nspawn.lab_nspawn_pids()
     assert not any((h / CGROUP_PARENT).exists() for h in nspawn.hierarchies())
 
