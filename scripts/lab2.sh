@@ -16,6 +16,7 @@ NAME=gpu-fleet-lab2
 TREE="$ROOT/.state/lab2/tree"
 cd "$ROOT"
 
+[ $# -gt 0 ] || { echo "usage: scripts/lab2.sh COMMAND [ARGS...]" >&2; exit 2; }
 [ "$(id -u)" -eq 0 ] || { echo "lab2.sh: the lab needs root" >&2; exit 1; }
 .venv/bin/python -m lab prepare
 
@@ -31,7 +32,6 @@ ln -s "$ROOT/.tools" "$TREE/.tools"
 ip -n "$NAME" link set lo up
 
 cd "$TREE"
-[ $# -gt 0 ] || { echo "usage: scripts/lab2.sh COMMAND [ARGS...]" >&2; exit 2; }
 rc=0
 nsenter --net="/run/netns/$NAME" -- env GPU_FLEET_LAB_NAME="$NAME" "$@" || rc=$?
 # the namespace goes when its lab is down (kept with the lab: GPU_FLEET_LAB_KEEP=1)

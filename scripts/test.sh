@@ -43,18 +43,17 @@ trap 'rm -f "$offline_log" "$lab2_log"' EXIT
 offline=$!
 labs=1
 if [ "$(id -u)" -eq 0 ] && [ "${GPU_FLEET_LAB_SHARDS:-2}" = 2 ]; then labs=2; fi
+lab_rc=0
 lab2_rc=0
 if [ "$labs" = 2 ]; then
   GPU_FLEET_LAB_SHARD=2/2 scripts/lab2.sh .venv/bin/python -m pytest tests/lab >"$lab2_log" 2>&1 &
   lab2=$!
-  lab_rc=0
   GPU_FLEET_LAB_SHARD=1/2 .venv/bin/python -m pytest tests/lab || lab_rc=$?
   wait "$lab2" || lab2_rc=$?
   echo
   echo "======== tests/lab on the second lab (ran beside the first) ========"
   cat "$lab2_log"
 else
-  lab_rc=0
   .venv/bin/python -m pytest tests/lab || lab_rc=$?
 fi
 offline_rc=0

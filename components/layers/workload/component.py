@@ -138,18 +138,21 @@ class WorkloadInputs:
 class WorkloadOutputs:
     run: WorkloadRun
 
+    def _read(self) -> pulumi.Output[dict]:
+        """What the run read back, as its provider recorded it."""
+        r = self.run
+        return pulumi.Output.all(r.jobs, r.release, r.gates, r.passed, r.contact_sheet, r.run_dir).apply(
+            lambda v: {"jobs": v[0], "release": v[1], "gates": v[2], "passed": v[3], "contact_sheet": v[4],
+                       "run_dir": v[5]})
+
     def row(self) -> pulumi.Output[dict]:
         """Row 7 of the acceptance report, from what this run read back."""
-        r = self.run
-        return pulumi.Output.all(r.jobs, r.release, r.gates, r.passed, r.contact_sheet).apply(
-            lambda v: workload_row({"jobs": v[0], "release": v[1], "gates": v[2], "passed": v[3],
-                                    "contact_sheet": v[4]}))
+        return self._read().apply(workload_row)
 
     def exports(self) -> dict[str, pulumi.Input]:
-        r = self.run
-        return {"workload": pulumi.Output.all(r.jobs, r.release, r.gates, r.passed, r.contact_sheet, r.run_dir).apply(
-            lambda v: {"jobs": v[0], "release": v[1], "gates": v[2], "passed": v[3], "contactSheet": v[4],
-                       "runDir": v[5]})}
+        return {"workload": self._read().apply(
+            lambda v: {"jobs": v["jobs"], "release": v["release"], "gates": v["gates"], "passed": v["passed"],
+                       "contactSheet": v["contact_sheet"], "runDir": v["run_dir"]})}
 
 
 class Workload(pulumi.ComponentResource):

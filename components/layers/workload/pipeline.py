@@ -115,11 +115,11 @@ class WorkloadRunProvider(RolloutCheck):
         got = parse_read(st.run(sh(_READ, props["server_releases"], props["server_runs"], ids["p0"], ids["render"],
                                    *ids.values()), mutating=False, check=False, timeout=120).stdout)
         failed = first_failure(ids, states)
+        run_dir = f"{props['runs']}/{ids['p0']}"
         out = {"jobs": {step: {"id": j, **states.get(j, {})} for step, j in ids.items()},
-               "run_dir": f"{props['runs']}/{ids['p0']}", "release": None, "gates": gate_summary(got["verification"]),
+               "run_dir": run_dir, "release": None, "gates": gate_summary(got["verification"]),
                "passed": bool((got["verification"] or {}).get("passed")),
-               "contact_sheet": f"{props['runs']}/{ids['p0']}/joins.png" if got["joins"] else None,
-               "rolled_back": None}
+               "contact_sheet": f"{run_dir}/joins.png" if got["joins"] else None, "rolled_back": None}
         if failed is not None or not got["published"]:
             why = self._failure(ids, states, failed, got)
             self._report(props, {**out, "passed": False, "why": why.splitlines()[0]})
