@@ -110,7 +110,7 @@ def up(nodes: int = DEFAULT_NODES, timeout: float = 120.0, rootfs_mode: str | No
 
 def prepare() -> None:
     """The image and package repository, cached machine-wide (what `up` builds first): a second
-    lab in a network namespace without the mirrors boots from them (scripts/lab2.sh)."""
+    lab in a network namespace without the mirrors boots from them (scripts/lab-ns.sh)."""
     require_root()
     check_tools(TOOLS)
     start = time.monotonic()

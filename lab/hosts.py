@@ -14,7 +14,7 @@ BRIDGE_NAME = "labhost"  # how the hosts name this machine in /etc/hosts
 DEFAULT_NODES = 3
 MAX_NODES = 30
 DEFAULT_LAB = "gpu-fleet-lab"
-#: Which lab this is. A second lab (scripts/lab2.sh: `make test` runs half the lab tests on
+#: Which lab this is. A second lab (scripts/lab-ns.sh: `make test` runs half the lab tests on
 #: it) sets GPU_FLEET_LAB_NAME and lives in a network namespace of its own, so its bridge and
 #: addresses are these same ones; what it shares with the first is this machine's cgroup
 #: hierarchies and nspawn's per-machine directories, named after it.

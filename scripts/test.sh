@@ -31,40 +31,44 @@ fi
 if [ $# -gt 0 ]; then exec .venv/bin/python -m pytest "$@"; fi
 
 # The lab tests spend most of their wall time waiting on the lab's hosts (daemons, Slurm's
-# scheduling cycles, SSH) with a core to spare; the rest of the suite is CPU-bound Python and
-# the real CLI on this machine only. So as root the lab tests run on two labs at once, each
-# module on one of them (tests/lab/shards.py; the second lab: scripts/lab2.sh), and the
-# rest runs beside them; the reports follow each other, the first lab's as it runs. Any part
-# failing fails `make test`. GPU_FLEET_LAB_SHARDS=1: one lab runs every lab test.
-offline_log="$(mktemp "${TMPDIR:-/tmp}/gf-test-offline.XXXXXX")"
-lab2_log="$(mktemp "${TMPDIR:-/tmp}/gf-test-lab2.XXXXXX")"
-trap 'rm -f "$offline_log" "$lab2_log"' EXIT
-.venv/bin/python -m pytest tests/unit tests/mock tests/policy tests/integration >"$offline_log" 2>&1 &
+# scheduling cycles, SSH) with CPU to spare; the rest of the suite is CPU-bound Python and the
+# real CLI on this machine only. So as root the lab tests run on several labs at once (three
+# unless GPU_FLEET_LAB_SHARDS says otherwise), each module on one of them (tests/lab/shards.py;
+# the other labs: scripts/lab-ns.sh), and the rest runs beside them; the reports follow each
+# other, the first lab's as it runs. Any part failing fails `make test`.
+# GPU_FLEET_LAB_SHARDS=1: one lab runs every lab test.
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/gf-test.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+.venv/bin/python -m pytest tests/unit tests/mock tests/policy tests/integration >"$tmp/offline.log" 2>&1 &
 offline=$!
 labs=1
-if [ "$(id -u)" -eq 0 ] && [ "${GPU_FLEET_LAB_SHARDS:-2}" = 2 ]; then labs=2; fi
-lab_rc=0
-lab2_rc=0
-if [ "$labs" = 2 ]; then
-  GPU_FLEET_LAB_SHARD=2/2 scripts/lab2.sh .venv/bin/python -m pytest tests/lab >"$lab2_log" 2>&1 &
-  lab2=$!
-  GPU_FLEET_LAB_SHARD=1/2 .venv/bin/python -m pytest tests/lab || lab_rc=$?
-  wait "$lab2" || lab2_rc=$?
+if [ "$(id -u)" -eq 0 ]; then labs="${GPU_FLEET_LAB_SHARDS:-3}"; fi
+case "$labs" in [1-9]) ;; *) echo "GPU_FLEET_LAB_SHARDS must be 1 to 9 (got $labs)" >&2; exit 2 ;; esac
+pids=()
+for ((k = 2; k <= labs; k++)); do
+  GPU_FLEET_LAB_SHARD="$k/$labs" scripts/lab-ns.sh "$k" .venv/bin/python -m pytest tests/lab >"$tmp/lab$k.log" 2>&1 &
+  pids[k]=$!
+done
+rcs=()
+rcs[1]=0
+GPU_FLEET_LAB_SHARD="1/$labs" .venv/bin/python -m pytest tests/lab || rcs[1]=$?
+for ((k = 2; k <= labs; k++)); do
+  rcs[k]=0
+  wait "${pids[k]}" || rcs[k]=$?
   echo
-  echo "======== tests/lab on the second lab (ran beside the first) ========"
-  cat "$lab2_log"
-else
-  .venv/bin/python -m pytest tests/lab || lab_rc=$?
-fi
+  echo "======== tests/lab on lab $k (ran beside the first) ========"
+  cat "$tmp/lab$k.log"
+done
 offline_rc=0
 wait "$offline" || offline_rc=$?
 echo
 echo "======== tests/unit tests/mock tests/policy tests/integration (ran beside tests/lab) ========"
-cat "$offline_log"
-if [ "$labs" = 2 ]; then
-  echo "make test: tests/lab exited $lab_rc on the first lab, $lab2_rc on the second;" \
-    "tests/unit, mock, policy and integration exited $offline_rc"
-else
-  echo "make test: tests/lab exited $lab_rc; tests/unit, mock, policy and integration exited $offline_rc"
-fi
-[ "$lab_rc" -eq 0 ] && [ "$lab2_rc" -eq 0 ] && [ "$offline_rc" -eq 0 ]
+cat "$tmp/offline.log"
+ok=$((offline_rc == 0))
+summary=""
+for ((k = 1; k <= labs; k++)); do
+  summary+=" ${rcs[k]} on lab $k,"
+  [ "${rcs[k]}" -eq 0 ] || ok=0
+done
+echo "make test: tests/lab exited$summary tests/unit, mock, policy and integration exited $offline_rc"
+[ "$ok" -eq 1 ]

@@ -57,7 +57,7 @@ lifeline.install()  # in the engine's provider process: Cancel and the engine's 
 def _control_dir() -> Path:
     """Where the ssh masters' sockets live: one directory per user and network namespace. A
     master reaches an address in the namespace it was opened in, and the same address in
-    another namespace is another host (a second lab beside the first, scripts/lab2.sh).
+    another namespace is another host (a second lab beside the first, scripts/lab-ns.sh).
     Unix socket paths are limited to 108 bytes: the name stays short."""
     try:
         netns = os.stat("/proc/self/ns/net").st_ino

@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
-# A second lab beside the first (`make test` runs half the lab tests on it, scripts/test.sh):
-# COMMAND runs from a copy of this tree, in a network namespace of its own, with
-# GPU_FLEET_LAB_NAME set. E.g. `scripts/lab2.sh .venv/bin/python -m lab status` (or `down`).
+# Another lab beside the first (`make test` deals the lab test modules out over several,
+# scripts/test.sh): `scripts/lab-ns.sh N COMMAND` runs COMMAND for lab N (2, 3, ...) from a copy
+# of this tree, in a network namespace of its own, with GPU_FLEET_LAB_NAME=gpu-fleet-labN.
+# E.g. `scripts/lab-ns.sh 2 .venv/bin/python -m lab status` (or `down`).
 #
-# The copy (.state/lab2/tree: every file git would commit, as this tree has it now) has its own
+# The copy (.state/labN/tree: every file git would commit, as this tree has it now) has its own
 # .state: lab hosts, inventory, key, stack backends. The namespace has its own bridge with the
 # same name and addresses as the first lab's, so the committed lab stack file and the tests'
-# addresses hold in both and the two labs never reach each other. Only the network namespace is
+# addresses hold in every lab and no two labs reach each other. Only the network namespace is
 # entered (nsenter --net): `ip netns exec` would also mount a new /sys, without this machine's
 # cgroup hierarchies, which the lab's hosts boot in. The image and package repository come from
 # the machine-wide cache, prepared here first, where the mirrors are reachable.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-NAME=gpu-fleet-lab2
-TREE="$ROOT/.state/lab2/tree"
 cd "$ROOT"
 
-[ $# -gt 0 ] || { echo "usage: scripts/lab2.sh COMMAND [ARGS...]" >&2; exit 2; }
-[ "$(id -u)" -eq 0 ] || { echo "lab2.sh: the lab needs root" >&2; exit 1; }
+usage="usage: scripts/lab-ns.sh N COMMAND [ARGS...]   (N: the lab's number, 2 or more)"
+[ $# -gt 1 ] || { echo "$usage" >&2; exit 2; }
+case "$1" in [2-9] | [1-9][0-9]) ;; *) echo "$usage" >&2; exit 2 ;; esac
+[ "$(id -u)" -eq 0 ] || { echo "lab-ns.sh: the lab needs root" >&2; exit 1; }
+NAME="gpu-fleet-lab$1"
+TREE="$ROOT/.state/lab$1/tree"
+shift
 .venv/bin/python -m lab prepare
 
 mkdir -p "$TREE"
