@@ -10,6 +10,9 @@ RUNLOCK := bash -c '. scripts/env.sh && exec python -m components.runlock "$$0"'
 # pulumi <op> with nodes the stack marks unreachable left as recorded (--exclude of their
 # resources, with a warning naming them; components/pending_hosts.py)
 OP := bash -c '. scripts/env.sh && exec python -m components.pending_hosts "$$@"' op
+# What a run prints: auto (a line per resource up to 64 nodes, above that a summary per layer with
+# the CLI's own output in .state/runs/; components/run_summary.py), summary, or full.
+VIEW ?= auto
 # Every preview and up runs the policy pack (with the stack's written relaxations, if any), so a
 # violation stops `up` before any host is touched. POLICY= (empty) runs without it.
 # The engine's resource operations at once: the provider process serves 32 (components/provider_host.py),
@@ -36,11 +39,11 @@ stack:
 # A preview writes no state, yet the CLI re-serializes the whole snapshot after every step
 # unless told not to: 140 nodes 118 s -> ~17 s (bench/README.md, scale.py)
 preview: stack
-	@PULUMI_SKIP_CHECKPOINTS=true $(OP) preview $(STACK) -- $(POLICY) $(ARGS)
+	@PULUMI_SKIP_CHECKPOINTS=true $(OP) preview $(STACK) --view $(VIEW) -- $(POLICY) $(ARGS)
 
 up: stack
 	@$(RUNLOCK) $(STACK)
-	@$(OP) up $(STACK) -- $(PARALLEL) $(POLICY) $(ARGS)
+	@$(OP) up $(STACK) --view $(VIEW) -- $(PARALLEL) $(POLICY) $(ARGS)
 
 # A host gone for good: forget its resources from the stack's state, touching no host
 # (components/forget.py; refused while the stack still declares it). ARGS=--yes skips the question.
@@ -55,10 +58,10 @@ migrate:
 	@bash -c '. scripts/env.sh && exec python -m components.migrate --stack "$$@"' migrate $(STACK) $(ARGS)
 
 refresh: stack
-	@$(OP) refresh $(STACK) -- $(PARALLEL) $(ARGS)
+	@$(OP) refresh $(STACK) --view $(VIEW) -- $(PARALLEL) $(ARGS)
 
 destroy: stack
-	@$(OP) destroy $(STACK) -- $(PARALLEL) $(ARGS)
+	@$(OP) destroy $(STACK) --view $(VIEW) -- $(PARALLEL) $(ARGS)
 
 # Preview under the policy pack, as in CI (the same as `make preview`).
 policy: stack

@@ -16,6 +16,12 @@ log; when it fails because a host the stack no longer declares cannot be reached
 node taken out of the stack whose machine is gone), the way out is printed after the CLI's
 own errors: `make forget STACK=<stack> NODE=<node>`. Only this wrapper knows the stack and
 reads its file; the provider that raised the error knows neither.
+
+A stack of more than `run_summary.SUMMARY_NODES` nodes (or `--view summary`) gets the
+operator's view instead of the CLI's line per resource (components/run_summary.py): the CLI's
+output goes to a log under `.state/runs/`, and what is printed is progress, then per layer
+what changed, every error and policy violation. An `up` that would ask before applying
+previews that way first and asks here, then applies with `--skip-preview --yes`.
 """
 
 from __future__ import annotations
@@ -29,13 +35,15 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Optional, TextIO
 
 import yaml
 
 from .config.project import PROJECT
 from .forget import declared, host_of, resources_of, stack_file
+from . import run_summary
 
 OPS = ("up", "preview", "refresh", "destroy")
 #: a host a run could not reach: HostUnreachable's and HostRemembered's sentence (transport/ssh.py)
@@ -69,6 +77,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("stack")
     ap.add_argument("--cwd", default=".")
     ap.add_argument("--pulumi", default="bin/pulumi")
+    ap.add_argument("--view", choices=("auto", "summary", "full"), default="auto",
+                    help=f"summary: per layer, not per resource (auto: above {run_summary.SUMMARY_NODES} nodes)")
     a = ap.parse_args(argv)
     cwd = Path(a.cwd).resolve()
     try:
@@ -90,24 +100,94 @@ def main(argv: Optional[list[str]] = None) -> int:
     cmd = [a.pulumi, a.op, "--stack", a.stack, *exclude, *rest]
     sys.stderr.flush()
     os.chdir(cwd)
-    if not contacts_hosts(a.op, rest):
+    full = with_nodes_file(config, cwd)
+    summary = a.view == "summary" or (a.view == "auto" and node_count(full) > run_summary.SUMMARY_NODES)
+    if not summary and not contacts_hosts(a.op, rest):
         os.execvp(cmd[0], cmd)
-    log, tmp, env = _event_log_arg(rest), None, None
+    if summary and a.op == "up" and not answered(rest):
+        preview = [a.pulumi, "preview", "--stack", a.stack, *exclude, *without_up_flags(rest)]
+        rc = run_logged(preview, "preview", a.stack, cwd, full, summary, {"PULUMI_SKIP_CHECKPOINTS": "true"})
+        if rc != 0 or not confirmed(a.stack):
+            return rc or 1
+        cmd += ["--skip-preview", "--yes"]
+    return run_logged(cmd, a.op, a.stack, cwd, full, summary)
+
+
+def run_logged(cmd: list[str], op: str, stack: str, cwd: Path, config: Optional[dict], summary: bool,
+               extra_env: Optional[dict[str, str]] = None) -> int:
+    """Run the CLI with an event log (the caller's --event-log, kept, or a temporary one); after
+    a failure, say how to forget a host that is gone. With `summary`, the CLI's output goes to a
+    file under .state/runs/ and the operator's view is printed instead."""
+    log, tmp = _event_log_arg(cmd), None
+    env = {**os.environ, **(extra_env or {})}
     if log is None:
         tmp = tempfile.mkdtemp(prefix="gpu-fleet-events-")
         log = os.path.join(tmp, "events.jsonl")
-        cmd += ["--event-log", log]
-        env = {**os.environ, "PULUMI_DEBUG_COMMANDS": "true"}  # the CLI offers --event-log only so (as to
-        # Pulumi's own Automation API, which reads runs the same way)
+        cmd = [*cmd, "--event-log", log]
+        env["PULUMI_DEBUG_COMMANDS"] = "true"  # the CLI offers --event-log only so (as to Pulumi's own
+        # Automation API, which reads runs the same way)
     try:
-        rc = run_child(cmd, env)
+        if summary:
+            runs = cwd / ".state" / "runs"
+            runs.mkdir(parents=True, exist_ok=True, mode=0o700)
+            out_path = runs / f"{stack}-{op}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.log"
+            print(f"{op} of stack {stack}: the CLI's output goes to {out_path.relative_to(cwd)}; a summary "
+                  f"per layer follows (VIEW=full prints every resource)", flush=True)
+            fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as out, run_summary.Follow(log, op, sys.stdout) as follow:
+                rc = run_child(cmd, env, stdout=out)
+            print(run_summary.render(op, stack, follow.tally, str(out_path.relative_to(cwd))), flush=True)
+            if rc != 0:
+                print(f"{op} failed (exit {rc}); the CLI's last lines:\n" + _tail(out_path, 15), file=sys.stderr)
+        else:
+            rc = run_child(cmd, env)
         if rc != 0:
-            for hint in forget_hints(a.stack, with_nodes_file(config, cwd), unreachable_hosts(_lines(log))):
+            for hint in forget_hints(stack, config, unreachable_hosts(_lines(log))):
                 print(hint, file=sys.stderr)
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
     return rc
+
+
+def node_count(config: Optional[dict]) -> int:
+    """How many nodes the stack declares (0 when its nodes file cannot be read)."""
+    nodes = (config or {}).get(f"{PROJECT}:nodes")
+    return len(nodes) if isinstance(nodes, list) else 0
+
+
+def answered(args: list[str]) -> bool:
+    """Whether `up <args>` runs without asking: --yes, or --skip-preview (the CLI then refuses
+    to ask without --yes)."""
+    return any(x in ("--yes", "-y", "--skip-preview", "-f") or x.startswith("--yes=") for x in args)
+
+
+#: `up` flags `preview` does not take (each with the number of values it takes)
+_UP_ONLY = {"--yes": 0, "-y": 0, "--skip-preview": 0, "-f": 0, "--continue-on-error": 0}
+
+
+def without_up_flags(args: list[str]) -> list[str]:
+    return [x for x in args if x not in _UP_ONLY and not x.startswith("--yes=")]
+
+
+def confirmed(stack: str) -> bool:
+    """The CLI's own question, asked here: only a terminal can answer it."""
+    if not sys.stdin.isatty():
+        print(f"up of stack {stack}: pass --yes (ARGS=--yes) to apply without a terminal to confirm on",
+              file=sys.stderr)
+        return False
+    try:
+        answer = input(f"Apply these changes to stack {stack}? [yes/no] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("yes", "y")
+
+
+def _tail(path: Path, n: int) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
 
 
 def contacts_hosts(op: str, args: list[str]) -> bool:
@@ -133,10 +213,11 @@ def _lines(path: str) -> Iterable[str]:
         return
 
 
-def run_child(cmd: list[str], env: Optional[dict[str, str]] = None) -> int:
+def run_child(cmd: list[str], env: Optional[dict[str, str]] = None, stdout: Optional[TextIO] = None) -> int:
     """Run the CLI to its end: Ctrl-C reaches it from the terminal (it cancels cleanly), so it
-    is ignored here; SIGTERM is passed on. A signal's death reads as 128+N, as from a shell."""
-    p = subprocess.Popen(cmd, env=env)
+    is ignored here; SIGTERM is passed on. A signal's death reads as 128+N, as from a shell.
+    `stdout`: where its output (stdout and stderr) goes, else the terminal."""
+    p = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=subprocess.STDOUT if stdout else None)
     old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
     old_term = signal.signal(signal.SIGTERM, lambda sig, _frame: p.send_signal(sig))
     try:
