@@ -17,11 +17,17 @@ node taken out of the stack whose machine is gone), the way out is printed after
 own errors: `make forget STACK=<stack> NODE=<node>`. Only this wrapper knows the stack and
 reads its file; the provider that raised the error knows neither.
 
-A stack of more than `run_summary.SUMMARY_NODES` nodes (or `--view summary`) gets the
-operator's view instead of the CLI's line per resource (components/run_summary.py): the CLI's
-output goes to a log under `.state/runs/`, and what is printed is progress, then per layer
-what changed, every error and policy violation. An `up` that would ask before applying
-previews that way first and asks here, then applies with `--skip-preview --yes`.
+A large fleet (more than `LARGE_FLEET_NODES` nodes):
+- gets the operator's view instead of the CLI's line per resource (components/run_summary.py;
+  `--view summary|full` chooses at any size): the CLI's output goes to a log under
+  `.state/runs/`, and what is printed is progress, then per layer what changed, every error
+  and policy violation. An `up` that would ask before applying previews that way first and
+  asks here, then applies with `--skip-preview --yes`;
+- runs `up` and `destroy` with PULUMI_SKIP_CHECKPOINTS=true (unless set): the engine saves the
+  state once, at the end, instead of the whole state after every step, which grows with the
+  square of the fleet (bench/README.md: 140 nodes on fake hosts 365.9 s with checkpoints, 20.8 s
+  without). A run killed before its end leaves a state without its work; the next `up` adopts
+  that work from what each primitive kept on its host (components/providers/kept.py).
 """
 
 from __future__ import annotations
@@ -46,8 +52,11 @@ from .forget import declared, host_of, resources_of, stack_file
 from . import run_summary
 
 OPS = ("up", "preview", "refresh", "destroy")
+#: above this many nodes a stack is run as a large fleet (module docstring)
+LARGE_FLEET_NODES = 64
 #: a host a run could not reach: HostUnreachable's and HostRemembered's sentence (transport/ssh.py)
-_UNREACHABLE = re.compile(r"host ([A-Za-z0-9._-]+): [^\n]*?cannot reach \S+ over SSH")
+#: (the command in backquotes may span lines: a script)
+_UNREACHABLE = re.compile(r"host ([A-Za-z0-9._-]+): (?:`(?s:.*?)` failed[^\n]*?: )?cannot reach \S+ over SSH")
 
 
 def unreachable(config: dict) -> list[str]:
@@ -78,7 +87,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--cwd", default=".")
     ap.add_argument("--pulumi", default="bin/pulumi")
     ap.add_argument("--view", choices=("auto", "summary", "full"), default="auto",
-                    help=f"summary: per layer, not per resource (auto: above {run_summary.SUMMARY_NODES} nodes)")
+                    help=f"summary: per layer, not per resource (auto: above {LARGE_FLEET_NODES} nodes)")
     a = ap.parse_args(argv)
     cwd = Path(a.cwd).resolve()
     try:
@@ -101,16 +110,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     sys.stderr.flush()
     os.chdir(cwd)
     full = with_nodes_file(config, cwd)
-    summary = a.view == "summary" or (a.view == "auto" and node_count(full) > run_summary.SUMMARY_NODES)
+    large = node_count(full) > LARGE_FLEET_NODES
+    summary = a.view == "summary" or (a.view == "auto" and large)
     if not summary and not contacts_hosts(a.op, rest):
         os.execvp(cmd[0], cmd)
+    once = {"PULUMI_SKIP_CHECKPOINTS": "true"}
     if summary and a.op == "up" and not answered(rest):
         preview = [a.pulumi, "preview", "--stack", a.stack, *exclude, *without_up_flags(rest)]
-        rc = run_logged(preview, "preview", a.stack, cwd, full, summary, {"PULUMI_SKIP_CHECKPOINTS": "true"})
+        rc = run_logged(preview, "preview", a.stack, cwd, full, summary, once)
         if rc != 0 or not confirmed(a.stack):
             return rc or 1
         cmd += ["--skip-preview", "--yes"]
-    return run_logged(cmd, a.op, a.stack, cwd, full, summary)
+    saves_once = large and a.op in ("up", "destroy") and "PULUMI_SKIP_CHECKPOINTS" not in os.environ
+    if saves_once:
+        print(f"{a.op} of stack {a.stack}: {node_count(full)} nodes, so the state is saved at the end of the "
+              f"run, not after every step (a killed run's work is adopted by the next up)", file=sys.stderr)
+    return run_logged(cmd, a.op, a.stack, cwd, full, summary, once if saves_once else None)
 
 
 def run_logged(cmd: list[str], op: str, stack: str, cwd: Path, config: Optional[dict], summary: bool,

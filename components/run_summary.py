@@ -1,8 +1,8 @@
 """A large fleet's preview, up, refresh or destroy as an operator reads it: per layer (issue 39).
 
 The CLI prints a line per resource: 11,276 lines for 1,250 nodes, where a failed node or a
-policy violation scrolls past unseen. Above `SUMMARY_NODES` nodes (or with `VIEW=summary`),
-`make` runs the CLI with its own output in a log file under `.state/runs/` and prints this
+policy violation scrolls past unseen. For a large fleet (pending_hosts.LARGE_FLEET_NODES) or
+with `VIEW=summary`, `make` runs the CLI with its own output in a log file under `.state/runs/` and prints this
 instead, from the engine's event log: a progress line while the run goes, then per layer the
 resources created, updated, replaced, deleted and unchanged and the hosts each one touches,
 every error, warning and policy violation in full, and where the CLI's own output is.
@@ -22,8 +22,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional, TextIO
 
-#: above this many nodes `VIEW=auto` (the default) prints the summary, not the CLI's lines
-SUMMARY_NODES = 64
 #: seconds between progress lines
 PROGRESS_EVERY_S = 15.0
 #: the columns, in order; the engine's replace steps all count as one replace

@@ -33,11 +33,11 @@ action and its undo, the web layer's providers from their whole scripts.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, ResourceProvider, UpdateResult
 
-from . import readable
+from . import kept, readable
 from ..transport import Connection, connection
 from ..transport.command import Piece
 from .parts import (
@@ -204,11 +204,41 @@ class HostPrimitive(HostProvider):
         steps it ran."""
         return self.outputs(props, record, after)
 
+    def kept_path(self, props: Props) -> str:
+        return kept.path_of(kind_of(self), self.key(props))
+
+    def keeps_record(self) -> bool:
+        """Whether create records what it found (the kind overrides `remember`): that record is
+        also kept on the host (kept.py)."""
+        cls = type(self)
+        return cls.remember is not HostPrimitive.remember or cls.complete_record is not HostPrimitive.complete_record
+
+    def kept_record(self, props: Props, before: Observed, record: Props) -> Props:
+        """What goes to the host before the first change: the record (a kind adds what only a
+        recovery needs, never into the state)."""
+        return record
+
+    def recover(self, props: Props, kept_: Props, before: Observed) -> tuple[Props, Observed]:
+        """A create that found `kept_` on the host (a killed run changed it): the record, and
+        the host as that run found it, as far as the record says."""
+        return kept_, before
+
     def apply(self, props: Props, record: Props) -> Props:
         conn = self._conn(props)
-        before = self.probe(conn, props)
-        record = self.complete_record(props, before, record)
+        keep = not record and self.keeps_record()  # a create of a kind that records
+        found: Optional[Props] = None
+        if keep:  # the kept record rides in the probe's round trip
+            before, found, _ = self.probe_kept(conn, props)
+        else:
+            before = self.probe(conn, props)
+        as_found = before
+        if found is not None:
+            record, as_found = self.recover(props, found, before)
+        record = self.complete_record(props, as_found, record)
         steps = self.plan(props, before, record)
+        if keep and found is None and steps:
+            steps = [kept.write_step(self.kept_path(props), kind_of(self), self.key(props),
+                                     self.kept_record(props, before, record)), *steps]
         # the read after the steps rides in their round trip
         read = run_steps(conn, steps, then=self.probe_argv(props)) if steps else None
         after = self.parse(props, read.stdout) if read is not None else self.probe(conn, props)
@@ -218,7 +248,7 @@ class HostPrimitive(HostProvider):
                 f"host {conn.t.name}: {self.key(props)} did not converge; still planned:\n"
                 + "\n".join(f"  - {s}" for s in left)
             )
-        return self.applied(props, record, before, after, steps)
+        return self.applied(props, record, as_found, after, steps)
 
     # ---- the root's hooks, from the ones above ------------------------------------
     def converge(self, props: Props, record: Props) -> Props:
@@ -231,9 +261,20 @@ class HostPrimitive(HostProvider):
     def observe(self, props: Props) -> Props:
         return self.state(props, self.probe(self._conn(props), props, refresh=True))
 
+    def probe_kept(self, conn: Connection, props: Props) -> tuple[Observed, Optional[Props], bool]:
+        """The probe and, in its round trip, the kept record: (observed, record, a file there)."""
+        res = conn.probe(kept.probe_argv(self.kept_path(props), self.probe_argv(props)))
+        own, found, there = kept.split(res.stdout)
+        return self.parse(props, own), found, there
+
     def undo(self, props: Props) -> None:
+        """The way back, then the kept record removed (in the same round trip), if there is one."""
         conn = self._conn(props)
-        run_steps(conn, self.plan_delete(props, self.probe(conn, props)))
+        if not self.keeps_record():
+            run_steps(conn, self.plan_delete(props, self.probe(conn, props)))
+            return
+        obs, _, there = self.probe_kept(conn, props)
+        run_steps(conn, [*self.plan_delete(props, obs), *([kept.remove_step(self.kept_path(props))] if there else [])])
 
     def _reading(self, id_: str, props: Props) -> contextlib.AbstractContextManager[None]:
         return _from_record(kind_of(self), id_, props)

@@ -15,12 +15,13 @@ import json
 from typing import Any, Optional
 
 import pulumi
-from pulumi.dynamic import Resource
+from pulumi.dynamic import CreateResult, Resource
 
 from ..transport import HostError
 from ..transport.command import Piece, display, mask, secrets_of
+from . import kept
 from .base import HostPrimitive
-from .parts import NotConverged, Observed, Props, Step, _entry, run_steps
+from .parts import NotConverged, Observed, Props, Step, _entry, kind_of, run_steps
 
 
 def inputs_hash(props: Props) -> str:
@@ -66,12 +67,24 @@ class CommandWithVerifyProvider(HostPrimitive):
 
     record_keys = ("preexisting", "inputs_hash")
 
+    def kept_path(self, props: Props) -> str:
+        """The record of an effect is keyed by what proves it (create may change on update)."""
+        return kept.path_of(kind_of(self), "verify:" + json.dumps(props["verify"]))
+
     @_entry
     def create(self, props: Props):
-        """An effect already in place before create (adopted) is not undone by destroy."""
-        conn = self._conn(props)
-        props = {**props, "preexisting": self.probe(conn, props)["verified"]}
-        return super().create.__wrapped__(self, props)
+        """An effect already in place before create (adopted) is not undone by destroy; one a
+        killed run made is (its record kept on the host says it was not there: kept.py)."""
+        obs, found, _ = self.probe_kept(self._conn(props), props)
+        pre = (found or {}).get("preexisting")
+        props = {**props, "preexisting": pre if isinstance(pre, bool) else obs["verified"]}
+        # a killed run already ran this same create: run it again only if verify fails
+        same = found is not None and found.get("inputs_hash") == inputs_hash(props)
+        return CreateResult(id_=self.id_of(props), outs=self.converge(props, {"inputs_hash": inputs_hash(props)}
+                                                                      if same else {}))
+
+    def keeps_record(self) -> bool:
+        return True  # `preexisting`, in its own create (not `remember`)
 
     def public_inputs(self, props: Props) -> Props:
         return {k: v for k, v in props.items() if k != "create_stdin"}
@@ -83,6 +96,10 @@ class CommandWithVerifyProvider(HostPrimitive):
             props = {**props, "preexisting": record["preexisting"]}
         rerun = record.get("inputs_hash") != inputs_hash(props)
         steps = self.plan(props, {"verified": False} if rerun else self.probe(conn, props), {})
+        if steps and "inputs_hash" not in record and props.get("delete") and not props.get("preexisting"):
+            # a create that makes the effect: the host keeps that it was not there before
+            steps = [kept.write_step(self.kept_path(props), kind_of(self), "verify:" + json.dumps(props["verify"]),
+                                     {"preexisting": False, "inputs_hash": inputs_hash(props)}), *steps]
         # verify rides in the create's round trip
         read = run_steps(conn, steps, then=self.probe_argv(props)) if steps else None
         rc, output = verify_outcome((read or conn.run(self.probe_argv(props), mutating=False)).stdout)

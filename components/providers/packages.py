@@ -25,6 +25,7 @@ from ..facts import shell
 from ..facts.dpkg import parse_dpkg_status
 from ..scripts import script
 from ..kit import sh
+from . import kept
 from .base import HostPrimitive
 from .parts import Observed, PlanRefused, Props, Step, _entry, target_of
 
@@ -196,6 +197,15 @@ class PackageSetProvider(HostPrimitive):
             held_before = sorted(n for n in props["packages"] if n in observed["held"])
         return {"added": sorted(record.get("added") or []), "held_before": held_before}
 
+    def kept_record(self, props: Props, before: Observed, record: Props) -> Props:
+        """On the host also every package installed before: what a killed install added is the
+        difference, whoever finishes it (never in the state: hundreds of names a node)."""
+        return {**record, "installed_before": sorted(before["installed"])}
+
+    def recover(self, props: Props, kept_: Props, before: Observed) -> tuple[Props, Observed]:
+        found = {**before, "installed": dict.fromkeys(kept_.get("installed_before") or [], "")}
+        return {k: kept_[k] for k in self.record_keys if k in kept_}, found
+
     def applied(self, props: Props, record: Props, before: Observed, after: Observed,
                 ran: list[Step]) -> Props:
         """Record every package the install added (dependencies included): rollback purges
@@ -222,7 +232,7 @@ class PackageSetProvider(HostPrimitive):
 
     def _delete(self, props: Props) -> None:
         conn = self._conn(props)
-        obs = self.probe(conn, props)
+        obs, _, there = self.probe_kept(conn, props)
         added = [n for n in props.get("added", []) if n in obs["installed"]]
         if added:  # read-only proof that the purge takes nothing else with it
             sim = conn.run([*APT_ENV, "apt-get", "-s", "purge", *added], mutating=False)
@@ -232,7 +242,7 @@ class PackageSetProvider(HostPrimitive):
                     f"host {conn.t.name}: purging {', '.join(added)} would also remove "
                     f"{', '.join(extra)}, which this package set did not install; refusing"
                 )
-        for step in self.plan_delete(props, obs):
+        for step in [*self.plan_delete(props, obs), *([kept.remove_step(self.kept_path(props))] if there else [])]:
             conn.run(step.argv, mutating=True)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from components.run_summary import SUMMARY_NODES
+from components.pending_hosts import LARGE_FLEET_NODES as SUMMARY_NODES
 from tests.pulumi_cli import ROOT, PulumiProject
 
 from .test_forget import ADDR, STACK, Fleet

@@ -11,6 +11,12 @@ on a node (its `apt-get` running there).
   command running and sends no other; the run fails saying it was cancelled, and the next
   `up` converges.
 
+- `kill -9` of an `up` that skips per-step checkpoints (PULUMI_SKIP_CHECKPOINTS, how a large
+  fleet's `up` runs: the engine saves the state at the end only, so the killed run's state holds
+  none of its work): the next `up` converges without applying again what the killed run
+  finished, from what each primitive kept on its host (components/providers/kept.py), and the
+  rollback still purges the packages the killed run installed and removes what it wrote.
+
 The remote `apt-get` whose ssh client was ended may finish or die on the node; either way the
 next run's PackageSet waits for dpkg's lock and configures a half-done install first.
 """
@@ -82,10 +88,8 @@ def project(tmp_path: Path) -> PulumiProject:
 
 @pytest.fixture(autouse=True)
 def fresh_hosts(lab, lab_session):
-    """Hosts made again before each test: the fixed point is a package install, and what an
-    interrupted run installed is found there by the next up's create, recorded as already
-    there and so kept by that stack's rollback (a known gap): a test after it, or after any
-    other module's leftovers, would find nothing left to install."""
+    """Hosts made again before each test: the fixed point is a package install, which a test
+    after another (or after any other module's leftovers) would find done."""
     remake_hosts(lab_session)
 
 
@@ -147,6 +151,57 @@ def test_kill_9_of_pulumi_up_while_packages_install(lab, tmp_path):
         assert not state.get("pending_operations"), state.get("pending_operations")
 
         converges(proj)
+    finally:
+        proj.run("cancel", "--yes", "--stack", "lab", check=False)
+        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
+
+
+def done_by(log: list[dict]) -> set[str]:
+    """Resources (the command log's `for`) that a mutating round trip finished for (exit 0)."""
+    return {r for c in log if c["mutating"] and c["rc"] == 0 for r in c["for"]}
+
+
+def test_kill_9_of_an_up_without_checkpoints_then_up_and_destroy(lab, tmp_path):
+    proj = project(tmp_path)
+    proj.env["PULUMI_SKIP_CHECKPOINTS"] = "true"  # every run of this test, as a large fleet's
+    try:
+        up = start_up_until_packages_install(proj)
+        run_providers = providers_of(up.pid)
+        up.send_signal(signal.SIGKILL)
+        up.wait()
+        wait_for(lambda: not any(p in processes() for p in run_providers), 10, "the killed run's provider exits")
+        time.sleep(2)
+        killed = command_log(proj.log)
+        first = done_by(killed)
+        assert first, "the killed run finished nothing before the fixed point"
+        # the state holds none of it: the engine saves at the end only
+        state = json.loads(proj.run("stack", "export", "--stack", "lab").stdout)["deployment"]
+        assert not [r for r in state.get("resources") or [] if r["type"].startswith("pulumi-python:dynamic")]
+        kept_before = ssh(WATCHED, "ls /var/lib/gpu-fleet/kept/*/ | wc -l", check=False).stdout.strip()
+        assert int(kept_before or 0) > 0, "nothing kept on the node before its first changes"
+
+        assert runlock(proj).returncode == 1  # the killed run's lock: reported, never cleared by itself
+        proj.run("cancel", "--yes", "--stack", "lab")
+        p = proj.run("up", "--yes", "--stack", "lab", "--skip-preview", check=False, timeout=1200)
+        assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+        again = done_by(command_log(proj.log)[len(killed):])
+        # nothing the killed run finished is applied again (the acceptance's jobs run at create)
+        twice = sorted(r for r in first & again if "acceptance" not in r and "canary" not in r)
+        assert twice == [], twice
+        proj.run("preview", "--stack", "lab", "--expect-no-changes")
+        added = json.loads(proj.run("stack", "export", "--stack", "lab").stdout)["deployment"]["resources"]
+        node1_pkgs = [r for r in added if r["type"].endswith("PackageSet") and r["outputs"]["conn"]["name"] == WATCHED]
+        purged = sorted({n for r in node1_pkgs for n in r["outputs"].get("added") or []})
+        assert purged, "the create after the kill recorded nothing the killed run installed on node1"
+
+        # the rollback purges what the killed run installed and leaves nothing kept
+        p = proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
+        assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
+        left = ssh(WATCHED, "dpkg-query -W -f '${Package} ${Status}\\n' " + " ".join(purged) + " 2>/dev/null"
+                   " | grep ' installed$' || true", check=False).stdout.split()
+        assert not left, f"still installed after the rollback: {left}"
+        assert ssh(WATCHED, "ls /var/lib/gpu-fleet/kept/*/*.json 2>/dev/null | wc -l",
+                   check=False).stdout.strip() == "0"
     finally:
         proj.run("cancel", "--yes", "--stack", "lab", check=False)
         proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)

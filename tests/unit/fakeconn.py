@@ -14,7 +14,10 @@ target whose user is not root works too (and its commands show the prefix).
 from __future__ import annotations
 
 import asyncio
+import json
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from pulumi.runtime import rpc
 
@@ -93,6 +96,8 @@ class FakeHosts:
 def install(monkeypatch) -> FakeHosts:
     hosts = FakeHosts()
     monkeypatch.setattr(base, "connection", hosts.connection)
+    # what primitives keep on their host (providers/kept.py): this test's own, not the machine's
+    monkeypatch.setenv("GPU_FLEET_KEPT_DIR", tempfile.mkdtemp(prefix="gf-kept-"))
     monkeypatch.setattr(ssh, "ssh_argv", lambda t: ["/bin/sh", "-c", LOCAL_SHELL, f"fake-ssh-{t.name}"])
     return hosts
 
@@ -107,3 +112,11 @@ def recorded(outs: dict) -> dict:
         return rpc.deserialize_properties(loop.run_until_complete(rpc.serialize_properties(outs, {})))
     finally:
         loop.close()
+
+
+def kept_on_host(kind: str, key: str):
+    """The record a primitive keeps on its (local) host for `key` (providers/kept.py), or None."""
+    from components.providers import kept
+
+    path = Path(kept.path_of(kind, key))
+    return json.loads(path.read_text())["record"] if path.exists() else None

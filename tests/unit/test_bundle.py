@@ -48,8 +48,11 @@ def test_create_writes_every_member_and_records_each_original(hosts, tmp_path):
     assert outs["records"][str(a)]["original"] == "backup" and outs["records"][str(b)]["original"] == "absent"
     assert outs["state"][str(b)] == {"present": True, "sha256": sha256_text("b=1\n"), "mode": "644",
                                      "owner": ME, "group": MY_GROUP}
-    # the members' probes share one round trip: probe, keep a's original, two writes, probe again
-    assert [s.mutating for s in hosts.sent] == [False, True, True, True, False]
+    # the members' probes share one round trip: probe (with the kept record: none yet), keep the
+    # record on the host (providers/kept.py), keep a's original, two writes, probe again
+    assert [s.mutating for s in hosts.sent] == [False, True, True, True, True, False]
+    assert len({s.trip for s in hosts.sent}) == 2  # still two round trips
+    assert fakeconn.kept_on_host("Files", "node1-slurm-config") == {"records": res.outs["records"]}
 
 
 def test_in_sync_is_no_change_and_a_refresh_sends_one_read_only_command(hosts, tmp_path):

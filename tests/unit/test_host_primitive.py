@@ -8,6 +8,7 @@ between calls (`recorded`), as they would between two `pulumi` commands.
 from __future__ import annotations
 
 import grp
+import json
 import os
 import pwd
 import stat
@@ -17,6 +18,7 @@ import pytest
 
 from components.errors import FleetError
 from components.providers import file as file_module
+from components.providers import kept
 from components.providers.account import AccountProvider, parse_account_probe
 from components.providers.base import RolloutCheck
 from components.providers.parts import INPUTS
@@ -72,7 +74,12 @@ def test_file_create_writes_content_and_mode(hosts, tmp_path):
     assert id_ == f"node1:{path}"
     assert outs["sha256"] == sha256_text("a=1\n") and outs["present"] is True
     assert "content" not in outs and outs["original"] == "absent"
-    assert [s.mutating for s in hosts.sent] == [False, True, False]  # probe, write, probe again
+    # probe (and the kept record: none yet), keep the record on the host, write, probe again:
+    # in two round trips, as before the record was kept
+    assert [s.mutating for s in hosts.sent] == [False, True, True, False]
+    assert len({s.trip for s in hosts.sent}) == 2
+    assert fakeconn.kept_on_host("File", str(path)) == {
+        "original": "absent", "made_parent": False, "original_sha256": None}
     assert leftovers(tmp_path) == []
 
 
@@ -229,13 +236,45 @@ def test_command_create_runs_create_then_verify_and_delete_runs_delete(hosts, tm
     props = cprops(marker)
     id_, outs = create(p, props)
     verify = display(["sh", "-c", '"$@" 2>&1; echo "verify-rc $?"', "sh", *props["verify"]])
-    assert [(s.cmd, s.mutating) for s in hosts.sent] == [
-        (verify, False), (display(props["create"]), True), (verify, False)]
+    assert [(s.cmd.endswith(verify), s.mutating) for s in hosts.sent] == [
+        (True, False), (False, True), (False, True), (True, False)]  # probe, keep, create, verify
+    assert hosts.sent[2].cmd == display(props["create"])
     assert marker.read_text() == "made\n"
     assert outs["verified"] is True and outs["preexisting"] is False
+    key = "verify:" + json.dumps(props["verify"])
+    assert fakeconn.kept_on_host("CommandWithVerify", key) == {"preexisting": False,
+                                                               "inputs_hash": outs["inputs_hash"]}
     hosts.clear()
     p.delete(id_, outs)
-    assert hosts.mutating() == [display(props["delete"])] and not marker.exists()
+    assert hosts.mutating()[0] == display(props["delete"]) and not marker.exists()
+    assert fakeconn.kept_on_host("CommandWithVerify", key) is None  # forgotten last
+
+
+def test_a_create_after_a_run_killed_before_its_state_was_saved_records_the_host_as_it_was(hosts, tmp_path):
+    """A run that skips checkpoints (PULUMI_SKIP_CHECKPOINTS) and is killed has changed hosts
+    its state never heard of. The next create finds its work done and, from what the first
+    create kept on the host (providers/kept.py), records the host as it was before: nothing is
+    applied twice, and a rollback puts back the original and removes what the killed run made."""
+    f, own, new = FileProvider(), tmp_path / "own.conf", tmp_path / "new.conf"
+    own.write_text("the host's own\n")
+    c, marker = CommandWithVerifyProvider(), tmp_path / "marker"
+    for p_, props in ((f, fprops(own)), (f, fprops(new)), (c, cprops(marker))):
+        create(p_, props)  # the killed run: done on the host, never recorded
+    hosts.clear()
+    (oid, oouts), (nid, nouts), (cid, couts) = (create(f, fprops(own)), create(f, fprops(new)),
+                                                create(c, cprops(marker)))
+    assert hosts.mutating() == []  # nothing applied twice, no second record
+    assert oouts["original"] == "backup" and oouts["original_sha256"] == sha256_text("the host's own\n")
+    assert nouts["original"] == "absent" and couts["preexisting"] is False
+    f.delete(oid, oouts)
+    f.delete(nid, nouts)
+    c.delete(cid, couts)
+    assert own.read_text() == "the host's own\n" and not new.exists() and not marker.exists()
+    assert fakeconn.kept_on_host("File", str(own)) is None and fakeconn.kept_on_host("File", str(new)) is None
+    # without what was kept (a host from before this record existed), the same host reads as found
+    create(f, fprops(new))
+    Path(kept.path_of("File", str(new))).unlink()
+    assert create(f, fprops(new))[1]["original"] == "backup"
 
 
 def test_command_verify_failure_names_host_command_exit_code_and_output(hosts, tmp_path):

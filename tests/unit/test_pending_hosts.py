@@ -62,15 +62,18 @@ UNREACHABLE = ("Exception: host gpu07: `test -f /etc/slurm/slurm.conf` failed wi
                "192.0.2.27:22 over SSH\n")
 REMEMBERED = ("Exception: host gpu07: cannot reach 192.0.2.27:22 over SSH (remembered from the first try at "
               "16:03:12; not tried again this run)\n")
+#: a probe that is a script (providers/kept.py wraps each create's probe in one): lines in the backquotes
+SCRIPTED = ("Exception: host gpu08: `sh -c 'f=$1\nshift\n\"$@\"\n' sh /var/lib/gpu-fleet/kept/File/ab.json test -f x` "
+            "failed with exit code 255: cannot reach 192.0.2.28:22 over SSH\n")
 NESTED = "Exception: storage clients: not every node could be probed over SSH:\nhost gpu09: cannot reach 192.0.2.29:22 over SSH\n"
 
 
 def test_the_hosts_an_event_log_says_could_not_be_reached():
     events = [json.dumps({"sequence": 1, "resourcePreEvent": {"metadata": {"op": "delete"}}}), "not json over SSH",
-              diag(UNREACHABLE), diag(REMEMBERED), diag(NESTED),
+              diag(UNREACHABLE), diag(REMEMBERED), diag(SCRIPTED), diag(NESTED),
               diag("host gpu11: cannot reach 192.0.2.31:22 over SSH\n", severity="warning"),
               diag("host gpu12: `x` failed with exit code 1\n")]
-    assert ph.unreachable_hosts(events) == ["gpu07", "gpu09"]
+    assert ph.unreachable_hosts(events) == ["gpu07", "gpu08", "gpu09"]
 
 
 def test_forget_is_named_only_for_a_host_the_stack_no_longer_declares():

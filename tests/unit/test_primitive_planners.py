@@ -352,6 +352,7 @@ def test_a_package_apply_reads_the_host_once_each_side_and_records_what_it_added
 
     monkeypatch.setattr(PackageSetProvider, "_conn", lambda self, props: type("C", (), {"t": None})())
     monkeypatch.setattr(PackageSetProvider, "probe", lambda self, conn, props, refresh=False: before.pop(0))
+    monkeypatch.setattr(PackageSetProvider, "probe_kept", lambda self, conn, props: (before.pop(0), None, False))
     monkeypatch.setattr(base, "run_steps", run_steps)
     props = {"conn": {"name": "node1", "address": "10.0.0.1"}, "packages": {"tree": "2.1.0-1", "jq": "1.6-2.1"},
              "hold": True}
@@ -359,6 +360,8 @@ def test_a_package_apply_reads_the_host_once_each_side_and_records_what_it_added
     assert before == [] and after == []  # both reads used, and no third
     assert len(trips) == 1 and trips[0][-1] == PackageSetProvider().probe_argv(props)  # the read rides along
     assert outs["added"] == ["libtree0", "tree"] and outs["held_before"] == ["jq"]
+    # first in that round trip: the host keeps every package it had (providers/kept.py)
+    assert trips[0][0][:2] == ["sh", "-c"] and ran[0] == trips[0][0]
     assert outs["versions"] == {"jq": "1.6-2.1", "tree": "2.1.0-1"} and ran[-1] == ["apt-mark", "hold", "tree"]
     # an update (a newer tree) keeps the record and adds to it
     before[:] = [parse_package_probe(PROBE + "tree 2.1.0-1 hi\nlibtree0 1 ii\n")]
@@ -366,6 +369,40 @@ def test_a_package_apply_reads_the_host_once_each_side_and_records_what_it_added
     outs = PackageSetProvider().apply({**props, "packages": {"tree": "2.2-1", "jq": "1.6-2.1"}},
                                       {"added": outs["added"], "held_before": ["jq"]})
     assert outs["added"] == ["libtree0", "libtree1", "tree"] and outs["held_before"] == ["jq"]
+
+
+def test_a_create_after_a_killed_install_records_what_that_install_added(monkeypatch):
+    """The kept record (providers/kept.py) holds every package the host had before the first
+    install: a create that finds the install done (the run was killed before the engine saved
+    its state) records the killed run's packages as added, so a rollback purges them, and
+    writes no second record."""
+    from components.providers import base
+    from components.transport import Result
+
+    done = PROBE + "tree 2.1.0-1 hi\nlibtree0 1 ii\n"
+    had = sorted(parse_package_probe(PROBE)["installed"])
+    kept_ = {"added": [], "held_before": ["jq"], "installed_before": had}
+    ran: list = []
+
+    def run_steps(conn, steps, then=None):
+        ran.extend(list(s.argv) for s in steps)
+        return Result(0, done, "")
+
+    monkeypatch.setattr(PackageSetProvider, "_conn", lambda self, props: type("C", (), {"t": None})())
+    monkeypatch.setattr(PackageSetProvider, "probe_kept",
+                        lambda self, conn, props: (parse_package_probe(done), kept_, True))
+    monkeypatch.setattr(PackageSetProvider, "probe", lambda self, conn, props, refresh=False: parse_package_probe(done))
+    monkeypatch.setattr(base, "run_steps", run_steps)
+    props = {"conn": {"name": "node1", "address": "10.0.0.1"}, "packages": {"tree": "2.1.0-1", "jq": "1.6-2.1"},
+             "hold": True}
+    outs = PackageSetProvider().apply(props, {})
+    assert ran == []  # the host is as the stack wants it: nothing to do, no second record
+    assert outs["added"] == ["libtree0", "tree"] and outs["held_before"] == ["jq"]
+    assert "installed_before" not in outs  # on the host only, never in the state
+    # without the kept record the same host reads as all there before: nothing to purge
+    monkeypatch.setattr(PackageSetProvider, "probe_kept",
+                        lambda self, conn, props: (parse_package_probe(done), None, False))
+    assert PackageSetProvider().apply(props, {})["added"] == []
 
 
 def test_adopted_command_effect_is_not_undone():

@@ -31,6 +31,7 @@ import importlib
 import os
 import pkgutil
 import pwd
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,7 @@ from components.layers.health.reservation import LentReservationProvider
 from components.layers.storage.datasets import ZfsDatasetsProvider, marker_text
 from components.providers import base
 from components.providers import file as file_module
+from components.providers import kept
 from components.providers.account import AccountProvider
 from components.providers.base import HostPrimitive
 from components.providers.parts import recorded_inputs
@@ -97,6 +99,11 @@ class _CannedConnection(Connection):
         cmd = display(argv)
         if mutating and len(argv) > 3 and argv[3] == "gf-seq":  # steps and the read after them
             return self._sequence(list(argv[4:]))
+        if not mutating and list(argv[:3]) == kept.probe_argv("", [])[:3]:  # a create's probe + kept record
+            inner = display(argv[5:])
+            self.host.sent.append(Sent(self.t, inner, False))
+            assert inner == self.host.probe, f"a create's probe that is not the stack's: {inner}"
+            return Result(0, self.host.answers[self.host.state] + "\n== gf-kept ==\n", "")
         self.host.sent.append(Sent(self.t, cmd, mutating))
         if mutating:  # recorded, never run here; an applied step converges the object
             self.host.state = "there"
@@ -458,7 +465,10 @@ def test_every_host_primitive_is_in_the_table():
 
 # ---- the test -------------------------------------------------------------------------------
 def probes(host) -> list[str]:
-    return [s.cmd for s in host.sent if not s.mutating]
+    """Read-only commands sent; a probe that also reads the kept record (providers/kept.py) as
+    the probe it wraps."""
+    wrapper = display(kept.probe_argv("", []))[:-2]  # without the empty path's quotes
+    return [re.sub(rf"^{re.escape(wrapper)}\S+ ", "", s.cmd) for s in host.sent if not s.mutating]
 
 
 def mutating(host) -> list[str]:
@@ -515,10 +525,18 @@ def test_a_refresh_records_what_the_next_read_diff_delete_and_up_can_use(cls, se
         assert (d.changes, d.replaces) == (seen != "there", [])
 
     # delete (destroy) from the refreshed state does what it would do from the created one
+    # (on the same host: what the primitive keeps there, providers/kept.py, put back too)
+    kept_dir = Path(os.environ.get("GPU_FLEET_KEPT_DIR") or tmp_path / "no-kept")
+    saved = tmp_path / "kept-saved"
+    if kept_dir.exists():
+        shutil.copytree(kept_dir, saved)
     host.arrange(seen)
     host.clear()
     p.delete(id_, created)
     from_created = mutating(host)
+    if saved.exists():
+        shutil.rmtree(kept_dir, ignore_errors=True)
+        shutil.copytree(saved, kept_dir)
     host.arrange(seen)
     host.clear()
     p.delete(id_, again)
@@ -549,6 +567,7 @@ def test_a_file_over_an_original_on_a_host_reimaged_with_it_back(tmp_path, monke
     id_, created = res.id, recorded(res.outs)
     assert created["original"] == "backup" and backup.read_text() == "the host's own file\n"
     host.arrange("original")
+    shutil.rmtree(os.environ["GPU_FLEET_KEPT_DIR"])  # re-imaged: what the primitive kept there is gone too
     refreshed = recorded(p.read(id_, created).outs)
     host.clear()
     p.delete(id_, refreshed)
