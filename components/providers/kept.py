@@ -28,6 +28,7 @@ from .parts import Props, Step
 KEPT_DIR = "/var/lib/gpu-fleet/kept"
 _PROBE = script(__file__, "kept_probe.sh")
 _WRITE = script(__file__, "kept_write.sh")
+_REMOVE = script(__file__, "kept_remove.sh")
 _FRAME = "\n== gf-kept ==\n"
 
 
@@ -61,4 +62,4 @@ def write_step(path: str, kind: str, key: str, record: Props) -> Step:
 
 
 def remove_step(path: str) -> Step:
-    return Step(["rm", "-f", "--", path], "forget what it was before")
+    return Step(sh(_REMOVE, path), "forget what it was before")

@@ -94,4 +94,4 @@ def test_a_large_up_killed_halfway_is_adopted_by_the_next_and_rolled_back_whole(
     # the rollback removes every node's work, the killed run's too, and leaves nothing kept
     f.proj.run("destroy", "--yes", "--stack", STACK, timeout=600)
     assert not list(f.hosts.glob("n*/marker")) and not list(f.hosts.glob("n*/etc/node.conf"))
-    assert not list((tmp_path / "kept").rglob("*.json"))
+    assert not (tmp_path / "kept").exists()

@@ -200,8 +200,7 @@ def test_kill_9_of_an_up_without_checkpoints_then_up_and_destroy(lab, tmp_path):
         left = ssh(WATCHED, "dpkg-query -W -f '${Package} ${Status}\\n' " + " ".join(purged) + " 2>/dev/null"
                    " | grep ' installed$' || true", check=False).stdout.split()
         assert not left, f"still installed after the rollback: {left}"
-        assert ssh(WATCHED, "ls /var/lib/gpu-fleet/kept/*/*.json 2>/dev/null | wc -l",
-                   check=False).stdout.strip() == "0"
+        assert ssh(WATCHED, "test -e /var/lib/gpu-fleet/kept", check=False).returncode == 1  # no trace left
     finally:
         proj.run("cancel", "--yes", "--stack", "lab", check=False)
         proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)

@@ -271,6 +271,7 @@ def test_a_create_after_a_run_killed_before_its_state_was_saved_records_the_host
     c.delete(cid, couts)
     assert own.read_text() == "the host's own\n" and not new.exists() and not marker.exists()
     assert fakeconn.kept_on_host("File", str(own)) is None and fakeconn.kept_on_host("File", str(new)) is None
+    assert not Path(os.environ["GPU_FLEET_KEPT_DIR"]).exists()  # its folders go with the last record
     # without what was kept (a host from before this record existed), the same host reads as found
     create(f, fprops(new))
     Path(kept.path_of("File", str(new))).unlink()
