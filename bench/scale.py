@@ -35,6 +35,14 @@ variable (PULUMI_CONFIG), and Linux refuses an exec with one string over 128 KiB
 names its node list in `gpu-fleet:nodes_file` (stacks/nodes.<stack>.yaml), as a user's large
 stack does; the config stays a few KB.
 
+KILL HALFWAY (--kill-halfway): the first `up` on the fake hosts is killed with SIGKILL (the CLI
+and every process under it) once the engine's event log shows half its resources done, its lock
+cleared with `pulumi cancel`, and `up` run again: the figures are when it was killed, what the
+state then held (nothing without checkpoints), the second `up`'s time and peak memory, and
+whether every resource is recorded once. The fake hosts answer every create as a host already
+converged, so what a real host adopts (providers/kept.py) is tested elsewhere
+(tests/integration/test_killed_large_up.py, tests/lab/test_interruptions.py).
+
 LEVERS (--lever, --env, --parallel): changes tried in the temp copy only, to measure what a
 code change would buy (LEVERS below; the results are in bench/README.md).
 
@@ -45,6 +53,7 @@ PYTHONPATH, active only in the program's interpreter) and the CLI under its own
 
     .venv/bin/python bench/scale.py [--nodes 14,140] [--big] [--env PULUMI_SKIP_CHECKPOINTS=true]
         [--lever NAME] [--policy] [--profile] [--no-up] [--keep-state DIR] [--timeout 900]
+        [--kill-halfway] [--checkpointed-build]
 """
 
 from __future__ import annotations
@@ -64,6 +73,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import yaml
 
@@ -228,8 +238,13 @@ def config_env_bytes(cfg: dict) -> int:
 
 FAKE_MODULE = '''
 """bench/scale.py's fake hosts: every host already is what the stack declares."""
+import importlib as _importlib
+import pkgutil as _pkgutil
+
 from . import providers as _providers  # noqa: F401  (every primitive, so every subclass below)
-from .layers.slurm import canary as _canary  # noqa: F401
+from . import layers as _layers
+for _m in _pkgutil.walk_packages(_layers.__path__, _layers.__name__ + "."):  # every layer's kinds too
+    _importlib.import_module(_m.name)
 from .layers.gpu_runtime import component as _gpu
 from .providers import base as _base
 from .providers import parts as _parts
@@ -395,6 +410,44 @@ def show_profiles(tmp: Path, what: str, keep: Path | None) -> None:
         print(top(tmp / f"{what}.prof"))
 
 
+def killed_halfway(proj: PulumiProject, stack: str, opts: list[str], total: Optional[int], timeout: int,
+                   tmp: Path) -> dict:
+    """KILL HALFWAY: the first `up` (fake hosts, as the environment says) killed with SIGKILL, the
+    CLI and every process under it, once the engine's event log shows half the resources done;
+    then the killed run's lock cleared (`pulumi cancel`, as `make up` says to). Returns when it
+    was killed and what the state held after it."""
+    log = tmp / "killed-events.jsonl"
+    env = {**proj.env, "PULUMI_DEBUG_COMMANDS": "true"}
+    start = time.monotonic()
+    p = subprocess.Popen(["pulumi", "up", "--yes", "--skip-preview", "--non-interactive", "--stack", stack, *opts,
+                          "--event-log", str(log)], cwd=proj.dir, env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    w = Watch(p.pid)
+    t = threading.Thread(target=w.run, daemon=True)
+    t.start()
+    half = (total or 2) // 2
+    done = 0
+    while p.poll() is None and time.monotonic() - start < timeout:
+        done = log.read_text(errors="replace").count('"resOutputsEvent"') if log.exists() else 0
+        if done >= half:
+            break
+        time.sleep(0.2)
+    if p.poll() is not None:
+        raise AssertionError(f"the first up ended (exit {p.returncode}) before half its resources were done")
+    os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
+    w.stop.set()
+    t.join()
+    killed_at = time.monotonic() - start
+    proj.run("cancel", "--yes", "--stack", stack)
+    state = json.loads(proj.run("stack", "export", "--stack", stack).stdout)["deployment"]
+    held = len(state.get("resources") or [])
+    print(f"  {stack}: first up killed (SIGKILL) after {killed_at:.1f} s at {done} of {total} resources done; "
+          f"the state then held {held} resources; {figures(w.by_role())}", flush=True)
+    return {"killed_at_s": round(killed_at, 1), "killed_done": done, "killed_state_resources": held,
+            "killed": w.by_role()}
+
+
 def bench(n: int, args: argparse.Namespace) -> dict:
     stack = f"scale{n}"
     with tempfile.TemporaryDirectory(prefix=f"scale{n}-") as d:
@@ -435,6 +488,8 @@ def bench(n: int, args: argparse.Namespace) -> dict:
         proj.env.update(GPU_FLEET_BENCH_FAKE_HOSTS="1", PULUMI_SKIP_CHECKPOINTS="true")
         if args.checkpointed_build:  # as a real first `up` records it: the state after every step
             del proj.env["PULUMI_SKIP_CHECKPOINTS"]
+        if args.kill_halfway:  # KILL HALFWAY: that first up killed at half its resources, then again
+            r.update(killed_halfway(proj, stack, opts, r["resources"], args.timeout, tmp))
         wall_c, roles_c, _ = timed(proj, "up", "--yes", "--skip-preview", "--stack", stack, *opts,
                                    timeout=args.timeout)
         for k in ("GPU_FLEET_BENCH_FAKE_HOSTS", "PULUMI_SKIP_CHECKPOINTS"):
@@ -460,16 +515,32 @@ def bench(n: int, args: argparse.Namespace) -> dict:
         for kind, sizes in sorted(by_type.items(), key=lambda kv: -sum(kv[1]))[:8]:
             print(f"    {kind}: {len(sizes)} x {sum(sizes) / len(sizes) / 1024:.1f} KB = {sum(sizes) / 1024:.0f} KB")
 
+        if args.kill_halfway:
+            urns = [x["urn"] for x in res]
+            r.update(recorded_once=len(urns) == len(set(urns)), recovered_resources=len(urns))
+            print(f"  {n} nodes: after the kill, the next up {wall_c:.1f} s: {len(urns)} resources recorded, "
+                  f"{'each once' if r['recorded_once'] else 'SOME TWICE'}", flush=True)
         wall_u, roles_u, _ = cli("up", "up", "--yes", "--skip-preview", "--expect-no-changes")
         print(f"  {n} nodes: no-op up --skip-preview {wall_u:.1f} s; {figures(roles_u)}", flush=True)
         if args.profile:
             show_profiles(tmp, "up", args.profile_dir)
-        r.update(state_build_s=round(wall_c, 1), up_s=round(wall_u, 1), up=roles_u, state_bytes=len(state),
+        r.update(state_build_s=round(wall_c, 1), state_build=roles_c, up_s=round(wall_u, 1), up=roles_u,
+                 state_bytes=len(state),
                  state_kb_per_node=round(len(state) / n / 1024, 1), state_resources=len(res),
                  state_file_kb_per_node=round(disk / n / 1024, 1),
                  state_stack_trace_bytes=trace, state_file_bytes=disk,
                  state_by_type={k: [len(v), sum(v)] for k, v in by_type.items()})
         return r
+
+
+def first_up(r: dict) -> str:
+    """The first up's time and the sum of its processes' peaks (an upper bound on its peak);
+    after a kill, the second up's, with the killed run's time."""
+    if "state_build_s" not in r:
+        return "-"
+    peak = sum(v["rss_mib"] for v in r["state_build"].values())
+    killed = f", after a kill at {r['killed_at_s']} s" if "killed_at_s" in r else ""
+    return f"{r['state_build_s']} ({peak:.0f}{killed})"
 
 
 def main() -> None:
@@ -481,6 +552,8 @@ def main() -> None:
     ap.add_argument("--profile-dir", type=Path, help="with --profile: keep the profiles here")
     ap.add_argument("--checkpointed-build", action="store_true",
                     help="write the state as a real first `up` does, a checkpoint after every step (slow)")
+    ap.add_argument("--kill-halfway", action="store_true",
+                    help="kill -9 the first up at half its resources, then up again (KILL HALFWAY)")
     ap.add_argument("--nodes-file", choices=("auto", "always", "never"), default="auto",
                     help="the node list in gpu-fleet:nodes_file (auto: when PULUMI_CONFIG would pass the limit)")
     ap.add_argument("--no-up", action="store_true", help="preview only")
@@ -502,9 +575,9 @@ def main() -> None:
     print(f"\nlevers: {', '.join(args.lever) or 'none'}; env: {args.env or 'none'}"
           f"{'; policy pack' if args.policy else ''}{f'; --parallel={args.parallel}' if args.parallel else ''}")
     print("| nodes | resources | res/node | preview s | s/node | time / first (nodes / first) "
-          "| peak RSS CLI / program MiB | CPU s CLI / program | no-op up s "
-          "| state KB/node: backend file (export) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| peak RSS CLI / program MiB | CPU s CLI / program | first up s (peak RSS, all processes, MiB) "
+          "| no-op up s | state KB/node: backend file (export) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if not r.get("preview_s"):
             print(f"| {r['nodes']} | - | - | {r.get('error', 'failed')[:60]} | | | | | | |")
@@ -517,7 +590,8 @@ def main() -> None:
               f"({r['nodes'] / base['nodes']:.0f}) "
               f"| {cli.get('rss_mib', 0):.0f} / {prog.get('rss_mib', 0):.0f} "
               f"| {cli.get('cpu_s', 0)} / {prog.get('cpu_s', 0)} "
-              f"| {r.get('up_s', '-')} | {r.get('state_file_kb_per_node', '-')} ({r.get('state_kb_per_node', '-')}) |")
+              f"| {first_up(r)} | {r.get('up_s', '-')} "
+              f"| {r.get('state_file_kb_per_node', '-')} ({r.get('state_kb_per_node', '-')}) |")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 
