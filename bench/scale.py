@@ -307,6 +307,37 @@ if os.environ.get("GPU_FLEET_BENCH_PROFILE") and sys.argv and sys.argv[0].endswi
     _prof = cProfile.Profile()
     _prof.enable()
     atexit.register(lambda: (_prof.disable(), _prof.dump_stats(os.environ["GPU_FLEET_BENCH_PROFILE"])))
+# and the policy pack's: its gRPC threads serve Analyze, so each call runs under the profiler (one
+# at a time: engine._one_call, which wraps every call, is wrapped); the CLI ends the process
+# without a clean exit, so the profile is written every 2 s, to <profile>.policy
+elif os.environ.get("GPU_FLEET_BENCH_PROFILE") and any("policies" in a for a in sys.argv):
+    import threading, time
+    _pprof, _plock = cProfile.Profile(), threading.Lock()
+
+    import contextlib
+
+    def _watch():
+        while True:
+            eng = sys.modules.get("gpu_fleet_policies.engine")
+            if eng is not None and hasattr(eng, "_one_call"):
+                break
+            time.sleep(0.005)
+        inner = eng._one_call
+
+        @contextlib.contextmanager
+        def _profiled_call():  # the pack's Analyze and AnalyzeStack each run inside one of these
+            with _plock, inner():
+                _pprof.enable()
+                try:
+                    yield
+                finally:
+                    _pprof.disable()
+        eng._one_call = _profiled_call
+        while True:
+            time.sleep(2)
+            with _plock:
+                _pprof.dump_stats(os.environ["GPU_FLEET_BENCH_PROFILE"] + ".policy")
+    threading.Thread(target=_watch, daemon=True).start()
 '''
 
 
@@ -403,11 +434,14 @@ def figures(roles: dict) -> str:
 def show_profiles(tmp: Path, what: str, keep: Path | None) -> None:
     if keep:  # for pstats / `go tool pprof` by hand
         keep.mkdir(parents=True, exist_ok=True)
-        for f in [*tmp.glob(f"cli-{what}.*"), *tmp.glob(f"{what}.prof")]:
+        for f in [*tmp.glob(f"cli-{what}.*"), *tmp.glob(f"{what}.prof*")]:
             shutil.copy(f, keep / f"{tmp.name.split('-')[0]}-{f.name}")
     print(pprof(tmp / f"cli-{what}"))
     if (tmp / f"{what}.prof").exists():
         print(top(tmp / f"{what}.prof"))
+    if (tmp / f"{what}.prof.policy").exists():
+        print("the policy pack's process:")
+        print(top(tmp / f"{what}.prof.policy"))
 
 
 def killed_halfway(proj: PulumiProject, stack: str, opts: list[str], total: Optional[int], timeout: int,

@@ -81,3 +81,41 @@ def test_two_resources_in_analyze_stack_are_decoded_once_each_not_per_policy(ser
         for r in reqs])
     servicer.AnalyzeStack(stack, None)
     assert counting.calls == 4  # each resource's properties and provider once, not per stack policy
+
+
+def test_policies_share_one_read_only_view_of_a_resource_within_a_call():
+    """Item 6: one proxy per message and call, shared by the policies, which cannot change it;
+    unknowns still raise as the SDK's own proxy does."""
+    import pulumi_policy.policy as sdk
+    from pulumi_policy import EnforcementLevel, ResourceValidationPolicy
+    from pulumi_policy.proxy import UnknownValueError
+
+    seen: list = []
+
+    def meddler(args, report_violation):
+        seen.append((id(args.props), id(args.provider)))
+        try:
+            args.props["path"] = "/etc/passwd"
+        except TypeError as e:
+            seen.append(str(e))
+
+    def reader(args, report_violation):
+        seen.append((id(args.props), id(args.provider)))
+        seen.append(args.props["path"])
+
+    engine.install(declared_levels())
+    srv = sdk._PolicyAnalyzerServicer(
+        "t", "0.0.1", [ResourceValidationPolicy("meddler", "m", meddler), ResourceValidationPolicy("reader", "r", reader)],
+        EnforcementLevel.MANDATORY, None, None, None, None, None, None, None)
+    srv.Analyze(file_request("gpu03", BAD_CGROUP), None)
+    (first, error, second, path) = seen
+    assert first == second  # the same view and provider for both
+    assert error.startswith("a policy may not change the properties it validates")
+    assert path == "/etc/slurm/cgroup.conf"
+
+    view = sdk.unknown_checking_proxy({"a": {"b": [1, {"c": "04da6b54-80e4-46f7-96ec-b56ff0331ba9"}]}})
+    assert view["a"]["b"][0] == 1
+    with pytest.raises(UnknownValueError):
+        view["a"]["b"][1]["c"]  # the engine's unknown sentinel
+    with pytest.raises(TypeError):
+        view["a"]["x"] = 1
