@@ -645,3 +645,20 @@ def test_a_node_copy_by_hash_is_checked_like_inline_content(tmp_path):
     other.write_text(bad)
     args = file_args("/etc/slurm/slurm.conf", None, "slurm-conf", source=str(other), source_sha256="0" * 64)
     assert violations(slurm.validate_no_root_jobs, args) == []
+
+
+def test_one_slurm_conf_on_every_node_is_parsed_once_and_read_alike():
+    """Every node carries the same slurm.conf (its node lines grow with the fleet) and several
+    policies read it on each: the parse is remembered by text, so the pack's cost grows with the
+    fleet, not its square; another text is parsed on its own."""
+    from gpu_fleet_policies import slurmconf
+
+    text = "AuthType=auth/munge\n" + "".join(f"NodeName=gpu{i:04d} Gres=gpu:v100:8\n" for i in range(1250))
+    copies = [("" + text + " ")[:-1] for _ in range(3)]  # equal texts, distinct objects, as per node
+    assert len({id(c) for c in copies}) == 3
+    slurmconf._parse.cache_clear()
+    confs = [slurmconf.parse(c) for c in copies]
+    assert confs[0] is confs[1] is confs[2] and slurmconf._parse.cache_info().misses == 1
+    assert confs[0].get("authtype") == "auth/munge" and len(confs[0].nodes()) == 1250
+    other = slurmconf.parse(text.replace("auth/munge", "auth/none"))
+    assert other.get("AuthType") == "auth/none" and confs[0].get("AuthType") == "auth/munge"
