@@ -13,7 +13,10 @@ it wants (`desired`, pure), and which commands turn observed into desired
 - `read` probes for real, so `pulumi refresh` records drift as a change;
 - `create`/`update` probe, plan, apply, probe again and fail unless the new
   plan is empty (the host converged), returning full outputs;
-- `delete` plans the way back to what the host had before.
+- `delete` plans the way back to what the host had before;
+- what create found is also kept on the host before its first change there, and read back by
+  the next create in its probe's round trip (kept.py): a run killed before the engine saved
+  its state is adopted, not recorded as the host's original.
 
 Outputs are always full (`outputs`): the public inputs, what create recorded,
 the observed state, and under `INPUTS` the stack's values of the input keys
