@@ -10,8 +10,10 @@ ssh (a TEST DOUBLE of the network hop only), which logs every command it is sent
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,6 +22,7 @@ import time
 import yaml
 
 from components.pending_hosts import LARGE_FLEET_NODES
+from tests.procs import processes
 from tests.pulumi_cli import ROOT
 
 from .test_forget import ADDR, STACK, Fleet
@@ -55,6 +58,17 @@ def dynamic(f: Fleet) -> list[str]:
     return [r["urn"] for r in state.get("resources") or [] if r["type"].startswith("pulumi-python:dynamic")]
 
 
+def end_orphans(f: Fleet) -> None:
+    """The language host starts outside the CLI's process group and outlives its kill: end it and
+    its program (this test's, by the project path and the killed engine's address), by PID."""
+    ours = [(pid, cmd) for pid, (_, cmd) in processes().items() if str(f.proj.dir) in cmd]
+    engines = {m.group(1) for _, cmd in ours for m in [re.search(r"--engine (\S+)", cmd)] if m}
+    for pid, (_, cmd) in processes().items():
+        if pid != os.getpid() and (str(f.proj.dir) in cmd or any(e in cmd for e in engines)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
 def test_a_large_up_killed_halfway_is_adopted_by_the_next_and_rolled_back_whole(tmp_path):
     f = Fleet(tmp_path)
     declare(f)
@@ -69,8 +83,9 @@ def test_a_large_up_killed_halfway_is_adopted_by_the_next_and_rolled_back_whole(
             break
         time.sleep(0.05)
     assert p.poll() is None, "the up ended before half the nodes were done: " + (p.stdout.read() or "")[-2000:]
-    os.killpg(p.pid, signal.SIGKILL)  # the wrapper, the CLI, the program and the provider
+    os.killpg(p.pid, signal.SIGKILL)  # the wrapper, the CLI and what stays in its process group
     p.wait()
+    end_orphans(f)
     time.sleep(1)
     done_before = {m.parent.name for m in f.hosts.glob("n*/marker")}
     assert N // 2 <= len(done_before) < N
