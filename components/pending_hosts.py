@@ -110,7 +110,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     sys.stderr.flush()
     os.chdir(cwd)
     full = with_nodes_file(config, cwd)
-    large = node_count(full) > LARGE_FLEET_NODES
+    nodes = node_count(full)
+    large = nodes > LARGE_FLEET_NODES
     summary = a.view == "summary" or (a.view == "auto" and large)
     if not summary and not contacts_hosts(a.op, rest):
         os.execvp(cmd[0], cmd)
@@ -123,7 +124,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         cmd += ["--skip-preview", "--yes"]
     saves_once = large and a.op in ("up", "destroy") and "PULUMI_SKIP_CHECKPOINTS" not in os.environ
     if saves_once:
-        print(f"{a.op} of stack {a.stack}: {node_count(full)} nodes, so the state is saved at the end of the "
+        print(f"{a.op} of stack {a.stack}: {nodes} nodes, so the state is saved at the end of the "
               f"run, not after every step (a killed run's work is adopted by the next up)", file=sys.stderr)
     return run_logged(cmd, a.op, a.stack, cwd, full, summary, once if saves_once else None)
 

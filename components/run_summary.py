@@ -20,7 +20,7 @@ import json
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional, TextIO
+from typing import Any, Callable, Optional, TextIO
 
 #: seconds between progress lines
 PROGRESS_EVERY_S = 15.0
@@ -159,19 +159,14 @@ def render(op: str, stack: str, tally: Tally, log: str) -> str:
         out.append(f"{len(tally.started):,} steps began and did not end, e.g. {sorted(tally.started)[0]}")
     for level, policy, urn, msg in tally.violations:
         out.append(f"policy {policy} ({level}) on {urn or 'the stack'}:\n  {msg}")
-    for severity, urn, msg in _distinct(tally.diagnostics):
+    for severity, urn, msg in dict.fromkeys(tally.diagnostics):  # each once, in order
         out.append(f"{severity}{f' ({urn})' if urn else ''}: {msg}")
+    found = sum(1 for v in tally.violations if v[0] in ("mandatory", "remediate"))
     for pack, version in sorted((s.get("PolicyPacks") or s.get("policyPacks") or {}).items()):
-        found = sum(1 for v in tally.violations if v[0] in ("mandatory", "remediate"))
         out.append(f"policy pack {pack.split('|')[0]}@{version}: "
                    + (f"{found} mandatory violation(s), above" if found else "no mandatory violation"))
     out.append(f"the CLI's own output (every resource): {log}")
     return "\n".join(out)
-
-
-def _distinct(diags: Iterable[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
-    seen: set[tuple[str, str, str]] = set()
-    return [d for d in diags if not (d in seen or seen.add(d))]  # type: ignore[func-returns-value]
 
 
 class Follow:

@@ -207,8 +207,20 @@ class HostPrimitive(HostProvider):
         steps it ran."""
         return self.outputs(props, record, after)
 
+    def kept_key(self, props: Props) -> str:
+        """What the kept record is filed under on the host: the object's key."""
+        return self.key(props)
+
     def kept_path(self, props: Props) -> str:
-        return kept.path_of(kind_of(self), self.key(props))
+        return kept.path_of(kind_of(self), self.kept_key(props))
+
+    def keep_step(self, props: Props, record: Props) -> Step:
+        """The step that keeps `record` on the host, first in a create's steps."""
+        return kept.write_step(self.kept_path(props), kind_of(self), self.kept_key(props), record)
+
+    def forget_steps(self, props: Props, there: bool) -> list[Step]:
+        """The step that removes the kept record, last in a delete, when one is there."""
+        return [kept.remove_step(self.kept_path(props))] if there else []
 
     def keeps_record(self) -> bool:
         """Whether create records what it found (the kind overrides `remember`): that record is
@@ -240,8 +252,7 @@ class HostPrimitive(HostProvider):
         record = self.complete_record(props, as_found, record)
         steps = self.plan(props, before, record)
         if keep and found is None and steps:
-            steps = [kept.write_step(self.kept_path(props), kind_of(self), self.key(props),
-                                     self.kept_record(props, before, record)), *steps]
+            steps = [self.keep_step(props, self.kept_record(props, before, record)), *steps]
         # the read after the steps rides in their round trip
         read = run_steps(conn, steps, then=self.probe_argv(props)) if steps else None
         after = self.parse(props, read.stdout) if read is not None else self.probe(conn, props)
@@ -277,7 +288,7 @@ class HostPrimitive(HostProvider):
             run_steps(conn, self.plan_delete(props, self.probe(conn, props)))
             return
         obs, _, there = self.probe_kept(conn, props)
-        run_steps(conn, [*self.plan_delete(props, obs), *([kept.remove_step(self.kept_path(props))] if there else [])])
+        run_steps(conn, [*self.plan_delete(props, obs), *self.forget_steps(props, there)])
 
     def _reading(self, id_: str, props: Props) -> contextlib.AbstractContextManager[None]:
         return _from_record(kind_of(self), id_, props)

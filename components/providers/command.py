@@ -19,9 +19,8 @@ from pulumi.dynamic import CreateResult, Resource
 
 from ..transport import HostError
 from ..transport.command import Piece, display, mask, secrets_of
-from . import kept
 from .base import HostPrimitive
-from .parts import NotConverged, Observed, Props, Step, _entry, kind_of, run_steps
+from .parts import NotConverged, Observed, Props, Step, _entry, run_steps
 
 
 def inputs_hash(props: Props) -> str:
@@ -67,9 +66,9 @@ class CommandWithVerifyProvider(HostPrimitive):
 
     record_keys = ("preexisting", "inputs_hash")
 
-    def kept_path(self, props: Props) -> str:
+    def kept_key(self, props: Props) -> str:
         """The record of an effect is keyed by what proves it (create may change on update)."""
-        return kept.path_of(kind_of(self), "verify:" + json.dumps(props["verify"]))
+        return "verify:" + json.dumps(props["verify"])
 
     @_entry
     def create(self, props: Props):
@@ -98,8 +97,7 @@ class CommandWithVerifyProvider(HostPrimitive):
         steps = self.plan(props, {"verified": False} if rerun else self.probe(conn, props), {})
         if steps and "inputs_hash" not in record and props.get("delete") and not props.get("preexisting"):
             # a create that makes the effect: the host keeps that it was not there before
-            steps = [kept.write_step(self.kept_path(props), kind_of(self), "verify:" + json.dumps(props["verify"]),
-                                     {"preexisting": False, "inputs_hash": inputs_hash(props)}), *steps]
+            steps = [self.keep_step(props, {"preexisting": False, "inputs_hash": inputs_hash(props)}), *steps]
         # verify rides in the create's round trip
         read = run_steps(conn, steps, then=self.probe_argv(props)) if steps else None
         rc, output = verify_outcome((read or conn.run(self.probe_argv(props), mutating=False)).stdout)

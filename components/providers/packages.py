@@ -25,7 +25,6 @@ from ..facts import shell
 from ..facts.dpkg import parse_dpkg_status
 from ..scripts import script
 from ..kit import sh
-from . import kept
 from .base import HostPrimitive
 from .parts import Observed, PlanRefused, Props, Step, _entry, target_of
 
@@ -242,7 +241,7 @@ class PackageSetProvider(HostPrimitive):
                     f"host {conn.t.name}: purging {', '.join(added)} would also remove "
                     f"{', '.join(extra)}, which this package set did not install; refusing"
                 )
-        for step in [*self.plan_delete(props, obs), *([kept.remove_step(self.kept_path(props))] if there else [])]:
+        for step in [*self.plan_delete(props, obs), *self.forget_steps(props, there)]:
             conn.run(step.argv, mutating=True)
 
 
