@@ -126,7 +126,7 @@ def program(fake_gpus, tmp_path_factory):
     proj.run("config", "set", "conns", json.dumps({n: conn(n) for n in NODES}))
     proj.run("config", "set", "probe_paths", json.dumps(PROBE_PATHS))
     before = {n: node_ssh(n, "ls -d /opt/gpu-fleet/lib 2>/dev/null || echo absent").stdout for n in NODES}
-    proj.run("up", "--yes", "--stack", "lab", timeout=600)
+    proj.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=600)
     proj.first_log = command_log(proj.log)
     yield proj
     proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=600)
@@ -141,8 +141,8 @@ def outputs(proj: PulumiProject) -> dict:
 
 def reprobe(proj: PulumiProject) -> tuple[dict, str]:
     """`pulumi refresh` (re-probes: read is real) then `up` (hands the verdicts on)."""
-    proj.run("refresh", "--yes", "--stack", "lab")
-    up = proj.run("up", "--yes", "--stack", "lab")
+    proj.run("refresh", "--yes", "--skip-preview", "--stack", "lab")
+    up = proj.run("up", "--yes", "--skip-preview", "--stack", "lab")
     return outputs(proj), up.stdout + up.stderr
 
 

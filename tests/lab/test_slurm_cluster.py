@@ -58,7 +58,7 @@ def cluster(lab, tmp_path_factory):
     proj.env["GPU_FLEET_COMMAND_LOG"] = str(tmp / "commands.jsonl")
     proj.log = tmp / "commands.jsonl"
     proj.init_stack("lab")
-    proj.run("up", "--yes", "--stack", "lab", timeout=900)
+    proj.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=900)
     yield proj, before
     proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
 
@@ -246,7 +246,7 @@ def test_destroy_restores_hosts_and_up_restores_the_same_cluster(cluster):
     key_sha = ssh("node1", "sha256sum /etc/munge/munge.key").stdout.split()[0]
     proj.run("destroy", "--yes", "--stack", "lab", timeout=900)
     assert {h: snapshot(h) for h in HOSTS} == before
-    proj.run("up", "--yes", "--stack", "lab", timeout=900)
+    proj.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=900)
     assert ssh("node1", "sha256sum /etc/munge/munge.key").stdout.split()[0] == key_sha
     out = ssh("ctl", as_user("srun -N3 -p lab -t 1 hostname")).stdout
     assert sorted(out.split()) == NODES
