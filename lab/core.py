@@ -272,7 +272,7 @@ def _down(quiet: bool, keep_logs: bool = True) -> None:
     if HOSTS_DIR.exists():
         names |= {p.name for p in HOSTS_DIR.iterdir() if p.is_dir()}
     had_any = leftovers()
-    nspawn.stop_all(recorded)
+    nspawn.kill_all(recorded)
     if HOSTS_DIR.exists():
         remove_tree(HOSTS_DIR)
     for n in names:  # nspawn's per-machine propagation dir, left behind by a killed nspawn
