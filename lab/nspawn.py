@@ -288,8 +288,7 @@ def _reap(name: str | None, nspawn_pids) -> None:
 def kill_all(recorded: set[int]) -> None:
     """Kill every lab host outright (SIGKILL, no poweroff inside), then what is left in a lab
     cgroup, and remove the cgroups. For `lab down` only, which throws the hosts' root
-    filesystems away: a clean poweroff of each host there kept nothing and cost the most CPU of
-    any lab step (systemd-shutdown, 97 CPU-s in a CI run)."""
+    filesystems away, so a clean poweroff kept nothing (the default lab: 3.6 -> 1.2 s)."""
     _signal({p for p in recorded if is_lab_nspawn(p)} | lab_nspawn_pids(), signal.SIGKILL)
     _reap(None, lab_nspawn_pids)
 

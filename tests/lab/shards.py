@@ -11,7 +11,7 @@ package mirrors, which only the first lab's network namespace reaches.
 from __future__ import annotations
 
 #: wall seconds per module, from a clean-clone `.ci/run` as `make test` runs it (two labs, the
-#: offline suite niced beside them: rehearsal of c470d25). The release24 stack's set-up (fresh
+#: offline suite niced beside them; 2026-12-07). The release24 stack's set-up (fresh
 #: hosts, the 24.11 cluster) counts in the first test_v2411_ module's figure.
 MODULE_SECONDS = {
     "test_accounting.py": 430, "test_tenancy.py": 302, "test_workload.py": 250,
