@@ -38,13 +38,9 @@ class SlurmConf:
         return [e for e in self.entities if "nodename" in e]
 
 
+@functools.lru_cache(maxsize=16)
 def parse(text: str) -> SlurmConf:
     """The file's parameters, entities, includes and lines (shared between callers: read only)."""
-    return _parse(text)
-
-
-@functools.lru_cache(maxsize=16)
-def _parse(text: str) -> SlurmConf:
     conf = SlurmConf()
     for raw in text.splitlines():
         line = raw.split("#", 1)[0].strip()

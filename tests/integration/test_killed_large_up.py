@@ -61,9 +61,10 @@ def dynamic(f: Fleet) -> list[str]:
 def end_orphans(f: Fleet) -> None:
     """The language host starts outside the CLI's process group and outlives its kill: end it and
     its program (this test's, by the project path and the killed engine's address), by PID."""
-    ours = [(pid, cmd) for pid, (_, cmd) in processes().items() if str(f.proj.dir) in cmd]
-    engines = {m.group(1) for _, cmd in ours for m in [re.search(r"--engine (\S+)", cmd)] if m}
-    for pid, (_, cmd) in processes().items():
+    procs = processes()
+    ours = [cmd for _, cmd in procs.values() if str(f.proj.dir) in cmd]
+    engines = {m.group(1) for cmd in ours for m in [re.search(r"--engine (\S+)", cmd)] if m}
+    for pid, (_, cmd) in procs.items():
         if pid != os.getpid() and (str(f.proj.dir) in cmd or any(e in cmd for e in engines)):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

@@ -425,9 +425,9 @@ def served(answer: str) -> bool:
 
 def test_the_token_is_renewed_before_it_expires_and_an_expired_one_is_refused(web):
     """Lifetime 60 s (the least the layer takes), renewed 45 s before it expires (every 15 s,
-    restarting the agent and the gateway); an expired token (the layer's own mint script, 2 s lifetime) is refused by Slurm,
-    and in the agent's settings it makes the view fail closed (the agent will not start) until
-    the next renewal brings both back."""
+    restarting the agent and the gateway); an expired token (the layer's own mint script, 2 s
+    lifetime) is refused by Slurm, and in the agent's settings it makes the view fail closed (the
+    agent will not start) until the next renewal brings both back."""
     setc(web, "web.token_lifetime_s", "60")
     setc(web, "web.renew_before_s", "45")
     ping = lambda f: ssh("ctl", f"python3 - {f} {RESTD_API} <<'PY'\n{RESTD}\nPY").stdout.strip()  # noqa: E731

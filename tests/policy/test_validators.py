@@ -656,9 +656,9 @@ def test_one_slurm_conf_on_every_node_is_parsed_once_and_read_alike():
     text = "AuthType=auth/munge\n" + "".join(f"NodeName=gpu{i:04d} Gres=gpu:v100:8\n" for i in range(1250))
     copies = [("" + text + " ")[:-1] for _ in range(3)]  # equal texts, distinct objects, as per node
     assert len({id(c) for c in copies}) == 3
-    slurmconf._parse.cache_clear()
+    slurmconf.parse.cache_clear()
     confs = [slurmconf.parse(c) for c in copies]
-    assert confs[0] is confs[1] is confs[2] and slurmconf._parse.cache_info().misses == 1
+    assert confs[0] is confs[1] is confs[2] and slurmconf.parse.cache_info().misses == 1
     assert confs[0].get("authtype") == "auth/munge" and len(confs[0].nodes()) == 1250
     other = slurmconf.parse(text.replace("auth/munge", "auth/none"))
     assert other.get("AuthType") == "auth/none" and confs[0].get("AuthType") == "auth/munge"
