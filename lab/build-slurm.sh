@@ -155,7 +155,7 @@ patch_packaging() {
   # created without a usable password; postinst's adduser runs first anyway).
   sed -i 's/^u! /u /' debian/slurm-wlm-basic-plugins.sysusers
   grep -q '^u slurm 64030' debian/slurm-wlm-basic-plugins.sysusers
-  if ! head -1 debian/changelog | grep -qF "($LOCALVER)"; then
+  if [[ $(head -1 debian/changelog) != *"($LOCALVER)"* ]]; then
     { printf '%s (%s) bookworm; urgency=medium\n\n' "$PKG" "$LOCALVER"
       printf '  * Rebuild of trixie %s for bookworm (gpu-fleet lab):\n' "$VERSION"
       printf '    - Build-Depends: drop dpkg-dev (>= 1.22.5) version constraint.\n'

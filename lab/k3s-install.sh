@@ -43,14 +43,14 @@ systemctl restart "$unit.service"
 
 if [ "$role" = server ]; then
   # The workload database: Debian's PostgreSQL 15 and sqlite3 (for online backups of state.db).
-  if ! dpkg-query -W -f='${Status}' postgresql-15 2>/dev/null | grep -q 'install ok installed' \
+  if [ "$(dpkg-query -W -f='${Status}' postgresql-15 2>/dev/null)" != 'install ok installed' ] \
      || ! command -v sqlite3 >/dev/null; then
     dpkg-query -W -f='${Package}\n' | sort > "$LABSTATE/.pkgs-before"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends postgresql sqlite3 >/dev/null
     dpkg-query -W -f='${Package}\n' | sort | comm -13 "$LABSTATE/.pkgs-before" - >> "$LABSTATE/k3s-added-packages"
     rm -f "$LABSTATE/.pkgs-before"
   fi
-  if ! pg_lsclusters -h | grep -q '^15 *main '; then pg_createcluster 15 main >/dev/null; fi
+  if ! grep -q '^15 *main ' <<<"$(pg_lsclusters -h)"; then pg_createcluster 15 main >/dev/null; fi
   systemctl daemon-reload   # the PartOf=k3s.service drop-in now has its unit
   systemctl start postgresql@15-main.service
   # appdb: 58 user tables with deterministic rows (1 .. 200 rows each)

@@ -10,7 +10,7 @@ LABSTATE=/var/lib/gpu-fleet-lab
 
 # lab/k3s.py runs k3s-killall.sh first: services stopped, shims killed, pod mounts unmounted
 for u in k3s-agent k3s; do systemctl disable "$u.service" >/dev/null 2>&1 || true; done
-if command -v pg_lsclusters >/dev/null && pg_lsclusters -h 2>/dev/null | grep -q '^15 *main '; then
+if command -v pg_lsclusters >/dev/null && grep -q '^15 *main ' <<<"$(pg_lsclusters -h 2>/dev/null)"; then
   pg_dropcluster --stop 15 main
 fi
 rm -rf /etc/systemd/system/postgresql@15-main.service.d

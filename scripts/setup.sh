@@ -98,7 +98,7 @@ LAB_PKGS="debootstrap systemd-container zstd openssh-client dpkg-dev iproute2 ch
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
   missing=()
   for p in $LAB_PKGS; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = 'install ok installed' ] || missing+=("$p")
   done
   command -v shellcheck >/dev/null || missing+=(shellcheck)
   if [ "${#missing[@]}" -gt 0 ]; then

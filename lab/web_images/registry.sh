@@ -27,8 +27,8 @@ wait_v2() {
 
 setup() {
   local need=()
-  dpkg-query -W -f='${Status}' docker-registry 2>/dev/null | grep -q 'install ok installed' || need+=(docker-registry)
-  dpkg-query -W -f='${Status}' podman 2>/dev/null | grep -q 'install ok installed' || need+=(podman)
+  [ "$(dpkg-query -W -f='${Status}' docker-registry 2>/dev/null)" = 'install ok installed' ] || need+=(docker-registry)
+  [ "$(dpkg-query -W -f='${Status}' podman 2>/dev/null)" = 'install ok installed' ] || need+=(podman)
   if [ "${#need[@]}" -gt 0 ]; then
     apt-get update -qq >/dev/null
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -249,6 +249,18 @@ def test_backup_of_an_absent_database_dumps_and_drops_nothing(stubs, tmp_path):
     assert stubs.calls("mariadb-dump") == [] and not (tmp_path / "b").exists()
 
 
+def test_backup_refuses_when_mariadb_cannot_list_its_databases(stubs, tmp_path):
+    """A listing that fails is not an absent database: the backup refuses (exit 3), and
+    nothing is dumped or dropped."""
+    stubs.add("systemctl", '[ "$1" = is-active ] && exit 3; exit 0')
+    stubs.add("mariadb", 'case "$*" in *"SHOW DATABASES"*) echo "ERROR 2002: no socket" >&2; exit 1;; esac')
+    stubs.add("mariadb-dump")
+    res = stubs.run(["bash", "-c", history._BACKUP, "bash", DB, tmp_path / "b"])
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert history.parse_lines(res.stdout)["refused"] == "mariadb did not list its databases"
+    assert stubs.calls("mariadb-dump") == [] and not (tmp_path / "b").exists()
+
+
 def test_restore_keeps_a_database_that_has_tables(stubs, tmp_path):
     res = run_history(stubs, history._RESTORE, tmp_path, TABLES="42")
     assert res.returncode == 0 and history.parse_lines(res.stdout)["kept"] == f"{DB} has 42 tables"
@@ -410,3 +422,66 @@ def test_the_unit_probe_hashes_each_managed_file_as_sha256sum_prints_it(stubs, t
     obs = parse_unit_probe(p.stdout)
     assert obs["files"] == {str(unit): hashlib.sha256(unit.read_bytes()).hexdigest(), str(gone): None}
     assert obs["show"]["ActiveState"] == "active" and obs["reach"] is None
+
+
+# ---- providers/scripts/unit_journal.sh: a failed unit's journal, once journald has read it ----
+
+def journal_after_streams(stubs: Stubs, streams: Path, unit: str, wait_tenths: int):
+    """Run unit_journal.sh as the provider does, with `journalctl` stubbed to say when it ran
+    and whether the unit's stream state file was still there then."""
+    from components.providers.systemd import journal_argv
+
+    argv = journal_argv(unit)
+    stubs.add("journalctl", f'ls {streams} | tr "\\n" " " > {streams.parent / "seen"}')
+    start = time.monotonic()
+    p = stubs.run([*argv[:4], argv[4], argv[5], str(streams), str(wait_tenths)])
+    return p, time.monotonic() - start, (streams.parent / "seen").read_text().split()
+
+
+def test_the_journal_is_read_once_journald_has_closed_the_units_stream(stubs, tmp_path):
+    """journald removes a stream's state file once it has read the stream to its end: the read
+    waits for that, while another unit's open stream does not hold it."""
+    streams = tmp_path / "streams"
+    streams.mkdir()
+    (streams / "8:1").write_text("PRIORITY=6\nLEVEL_PREFIX=1\nIDENTIFIER=sh\nUNIT=gf-broken.service\n")
+    (streams / "8:2").write_text("PRIORITY=6\nIDENTIFIER=sleep\nUNIT=gf-broken.service.d\n")
+    closer = subprocess.Popen(["sh", "-c", f"sleep 0.4; rm {streams / '8:1'}"])
+    p, took, seen = journal_after_streams(stubs, streams, "gf-broken.service", 50)
+    closer.wait()
+    assert p.returncode == 0, p.stderr
+    assert seen == ["8:2"] and 0.4 <= took < 3, (seen, took)
+    assert stubs.calls("journalctl") == ["journalctl -u gf-broken.service -n 15 --no-pager -o short-iso"]
+
+
+def test_a_stream_that_stays_open_delays_the_journal_only_as_long_as_the_limit(stubs, tmp_path):
+    streams = tmp_path / "streams"
+    streams.mkdir()
+    (streams / "8:1").write_text("IDENTIFIER=slurmd\nUNIT=slurmd.service\n")
+    p, took, seen = journal_after_streams(stubs, streams, "slurmd.service", 3)
+    assert p.returncode == 0 and seen == ["8:1"] and 0.3 <= took < 2, (p.stderr, seen, took)
+
+
+def test_no_stream_directory_reads_the_journal_at_once(stubs, tmp_path):
+    p, took, _ = journal_after_streams(stubs, tmp_path / "streams", "slurmd.service", 50)
+    assert p.returncode == 0 and took < 1 and len(stubs.calls("journalctl")) == 1
+
+
+# ---- web/scripts/tailnet.sh: the baseline's check that the tailnet is up ----------------------
+
+@pytest.mark.parametrize("held, ok", [(True, True), (False, False)])
+def test_the_tailnet_baseline_reads_the_whole_address_listing(stubs, tmp_path, held, ok):
+    """`ip` writes the interface's IPv4 line, then (later) its IPv6 one: the address is found
+    however the listing arrives (a grep -q on a pipe under pipefail killed `ip` with SIGPIPE
+    after the first line, and a held address read as not held)."""
+    from components.layers.web.remote import TAILNET
+
+    first = "5: tailscale0    inet 100.64.0.11/32 scope global tailscale0" if held else "5: tailscale0"
+    stubs.add("ip", f'echo "{first}"; sleep 0.3; '
+                    'echo "5: tailscale0    inet6 fe80::1/64 scope link"')
+    stubs.add("podman", "echo null")
+    stubs.add("ss", "echo '0 4096 127.0.0.1:8080 0.0.0.0:*'")
+    p = stubs.run(["bash", "-c", TAILNET, "bash", "baseline", tmp_path / "tn-1", "tailscale0", "100.64.0.11",
+                   "8080", "slurm-web-gateway"])
+    assert (p.returncode == 0) == ok, p.stderr
+    assert ("does not hold 100.64.0.11" in p.stderr) == (not ok), p.stderr
+    assert (tmp_path / "tn-1" / "baseline.json").exists() == ok

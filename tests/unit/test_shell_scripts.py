@@ -90,3 +90,33 @@ def test_a_missing_script_is_named():
     with pytest.raises(FileNotFoundError) as e:
         script(str(ROOT / "components" / "providers" / "file.py"), "no_such.sh")
     assert f"shell script {ROOT}/components/providers/scripts/no_such.sh is missing" in str(e.value)
+
+
+#: a pipe into a grep that stops reading at its first match (-q, -m, --quiet, --max-count)
+EARLY_GREP = re.compile(r"\|\s*grep\s+(?:-[A-Za-z]*[qm]|--quiet|--max-count)")
+#: the workload's fault fixture that shows the seed's R2 on purpose
+R2_FIXTURE = "tests/lab/workload_faults/pipefail.sh"
+
+
+def test_no_pipefail_script_pipes_into_an_early_grep():
+    """The seed's R2: under pipefail, `producer | grep -q x` fails when grep exits at its first
+    match while the producer still writes (SIGPIPE, 141). It passes on a quiet machine and fails
+    under load (a CI run's tailnet check read `tailscale0 does not hold` an address it held)."""
+    found = []
+    for rel in repo_sh_files():
+        text = (ROOT / rel).read_text()
+        if rel == R2_FIXTURE or "pipefail" not in text:
+            continue
+        found += [f"{rel}:{n}: {line.strip()}" for n, line in enumerate(text.splitlines(), 1)
+                  if EARLY_GREP.search(line) and not line.lstrip().startswith("#")]
+    assert found == [], "capture the listing first, then grep a here-string:\n" + "\n".join(found)
+
+
+def test_the_early_grep_rule_sees_the_fault_it_names(tmp_path):
+    """The rule's pattern catches the fixture's line, and the fault is real: a producer that
+    writes after grep -q matched fails the pipeline under pipefail."""
+    assert EARLY_GREP.search((ROOT / R2_FIXTURE).read_text())
+    producer = "echo match; sleep 0.2; echo more"
+    piped = subprocess.run(["bash", "-c", f"set -o pipefail; {{ {producer}; }} | grep -q match"])
+    captured = subprocess.run(["bash", "-c", f"set -o pipefail; out=$({producer}); grep -q match <<<\"$out\""])
+    assert (piped.returncode, captured.returncode) == (141, 0)

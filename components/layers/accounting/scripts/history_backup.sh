@@ -11,7 +11,9 @@ scratch="${db}_gpu_fleet_proof"
 # 1. no new writers
 systemctl stop slurmdbd.service 2>/dev/null || true
 if systemctl is-active -q slurmdbd.service; then echo "refused slurmdbd is still running"; exit 3; fi
-if ! mariadb -N -B -e "SHOW DATABASES" | grep -qx "$db"; then echo "absent $db"; exit 0; fi
+# (captured first: a failed listing refuses, and grep -q cannot cut a producer short)
+dbs=$(mariadb -N -B -e "SHOW DATABASES") || refuse "mariadb did not list its databases"
+if ! grep -qxF -- "$db" <<<"$dbs"; then echo "absent $db"; exit 0; fi
 # 2. the dump, hashed as it is written
 install -d -m 0700 "$dir"
 f="$dir/$db-$(date -u +%Y%m%dT%H%M%SZ).sql.gz"

@@ -15,8 +15,11 @@ nodes=$(timeout 20 scontrol show nodes -o 2>/dev/null) || exit 0
 known=$(printf '%s\n' "$nodes" | sed -n 's/^NodeName=\([^ ]*\).*/\1/p')
 keep=$(sed -n 's/^NodeName=\([^ ]*\).*/\1/p' "$conf")
 for n in $known; do
-  if printf '%s\n' "$keep" | grep -qxF -- "$n"; then
-    if printf '%s\n' "$nodes" | grep "^NodeName=$n " | grep -qF "Reason=$reason"; then
+  # here-strings, not pipes: under pipefail a grep -q that stops reading early kills the
+  # writer, and a node the new slurm.conf keeps would read as leaving
+  if grep -qxF -- "$n" <<<"$keep"; then
+    line=$(grep "^NodeName=$n " <<<"$nodes" || true)
+    if [[ $line == *"Reason=$reason"* ]]; then
       echo "resuming $n (back in the new slurm.conf; drained by an earlier release)"
       scontrol update NodeName="$n" State=RESUME
     fi

@@ -8,6 +8,8 @@
 #   closed:   (rollback) the port is refused on the tailnet address and still answers on
 #             loopback; then the marker is removed (the baseline stays);
 #   probe:    read-only: prints `marker yes|no` and each address's state.
+# A listing is captured before grep -q reads it: under pipefail, grep's early exit would kill a
+# producer still writing (SIGPIPE) and fail the check on what it was looking for (the seed's R2).
 set -euo pipefail
 action=$1 dir=$2 iface=$3 addr=$4 port=$5 name=$6
 states() {
@@ -35,7 +37,8 @@ PY
 }
 case $action in
   baseline)
-    if ! ip -o addr show dev "$iface" 2>/dev/null | grep -qw "$addr"; then
+    held=$(ip -o addr show dev "$iface" 2>/dev/null || true)
+    if ! grep -qwF -- "$addr" <<<"$held"; then
       echo "interface $iface does not hold $addr: the tailnet is not up on this host" >&2
       exit 1
     fi
@@ -52,9 +55,9 @@ case $action in
   opened)
     out=$(states)
     echo "$out"
-    echo "$out" | grep -q "^tailnet $addr open$" || { echo "port $port does not answer on $addr" >&2; exit 1; }
-    echo "$out" | grep -q "^loopback 127.0.0.1 open$" || { echo "port $port does not answer on loopback" >&2; exit 1; }
-    if echo "$out" | grep "^other " | grep -q " open$"; then
+    grep -qxF "tailnet $addr open" <<<"$out" || { echo "port $port does not answer on $addr" >&2; exit 1; }
+    grep -qxF "loopback 127.0.0.1 open" <<<"$out" || { echo "port $port does not answer on loopback" >&2; exit 1; }
+    if grep -q "^other [^ ]* open$" <<<"$out"; then
       echo "port $port answers on another address of the host" >&2; exit 1
     fi
     date -u +%FT%TZ >"$dir/exposed"
@@ -62,7 +65,7 @@ case $action in
   closed)
     out=$(states)
     echo "$out"
-    if echo "$out" | grep -q "^tailnet $addr open$"; then
+    if grep -qxF "tailnet $addr open" <<<"$out"; then
       echo "port $port still answers on $addr" >&2; exit 1
     fi
     rm -f "$dir/exposed"
