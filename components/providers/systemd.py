@@ -33,6 +33,16 @@ RUNNING = ("active", "activating", "reloading")
 _STARTED = "_started_by_apply"
 
 _PROBE = script(__file__, "systemd_probe.sh")  # $PROPS: the -p options of `properties`
+_JOURNAL = script(__file__, "unit_journal.sh")
+#: where journald keeps a state file per open stdout stream, and how long to wait for the
+#: failed unit's streams to be read (tenths of a second)
+STREAMS_DIR = "/run/systemd/journal/streams"
+STREAM_WAIT = 50
+
+
+def journal_argv(unit: str) -> list[str]:
+    """The end of `unit`'s journal once journald has read the unit's own output."""
+    return sh(_JOURNAL, unit, str(JOURNAL_LINES), STREAMS_DIR, str(STREAM_WAIT))
 
 
 def unit_paths(props: Props) -> dict[str, str]:
@@ -99,9 +109,8 @@ class SystemdUnitProvider(HostPrimitive):
             return super().apply(props, record)
         except NotConverged as e:
             try:  # the journal adds to the error; failing to read it must not replace it
-                log = self._conn(props).run(
-                    ["journalctl", "-u", props["name"], "-n", str(JOURNAL_LINES), "--no-pager", "-o", "short-iso"],
-                    mutating=False, check=False).stdout.rstrip() or "(empty)"
+                log = self._conn(props).run(journal_argv(props["name"]), mutating=False,
+                                            check=False).stdout.rstrip() or "(empty)"
             except FleetError as unread:
                 log = f"(not read: {unread})"
             lines = "\n".join(f"    {line}" for line in log.splitlines())
