@@ -114,6 +114,15 @@ class PulumiProject:
             )
         return p
 
+    def up(self, *extra: str, stack: str = "lab", check: bool = True, timeout: int = 300) -> subprocess.CompletedProcess:
+        """`pulumi up` that sets a test's scene: without its preview, which would run the program
+        and every probe once more. A test of what the user's `up` shows or refuses runs `up` itself."""
+        return self.run("up", "--yes", "--skip-preview", "--stack", stack, *extra, check=check, timeout=timeout)
+
+    def refresh(self, *extra: str, stack: str = "lab", check: bool = True, timeout: int = 300) -> subprocess.CompletedProcess:
+        """`pulumi refresh` without its preview, as `up` above."""
+        return self.run("refresh", "--yes", "--skip-preview", "--stack", stack, *extra, check=check, timeout=timeout)
+
     def init_stack(self, stack: str, secrets: bool = True) -> None:
         self.run("stack", "init", stack, "--secrets-provider", "passphrase")
         if secrets and (self.dir / "components" / "stack_secrets.py").exists():

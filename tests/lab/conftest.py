@@ -218,7 +218,7 @@ def release24(lab, lab_session, tmp_path_factory):
     remake_hosts(lab_session)
     proj = release24_project(tmp_path_factory.mktemp("release24"))
     try:
-        proj.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=1500)  # accounting off: the controller's own ID
+        proj.up(timeout=1500)  # accounting off: the controller's own ID
         proj.own = state_file()
         yield proj
     finally:

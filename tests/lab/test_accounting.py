@@ -34,7 +34,7 @@ def accounted(lab, tmp_path_factory):
     proj.run("config", "set", "--path", "gpu-fleet:accounting.nftables_version",
              repo_version("nftables"), "--stack", "lab")
     try:  # a failed first `up` is destroyed too: the next modules start from clean hosts
-        proj.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=1200)
+        proj.up(timeout=1200)
         yield proj, before
     finally:
         proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
@@ -119,7 +119,7 @@ def test_a_flushed_firewall_is_noticed_and_loaded_again(accounted):
     assert connects("storage")  # what the refusing side of the check exists for
     preview = proj.run("preview", "--refresh", "--diff", "--stack", "lab").stdout
     assert "dbd-firewall-loaded" in preview, preview[-3000:]
-    proj.run("up", "--refresh", "--yes", "--skip-preview", "--stack", "lab", timeout=900)
+    proj.up("--refresh", timeout=900)
     assert not connects("storage") and connects("node1")
 
 
@@ -144,7 +144,7 @@ def test_a_node_that_cannot_reach_slurmdbd_stops_the_rollout(accounted):
     assert ssh("ctl", "systemctl show -p MainPID --value slurmctld").stdout.strip() == ctld
     assert ssh("ctl", "systemctl show -p MainPID --value slurmdbd").stdout.strip() == dbd
     proj.run("config", "rm", "--path", "gpu-fleet:accounting.dbd_clients", "--stack", "lab")
-    proj.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=900)
+    proj.up(timeout=900)
     assert "192.0.2.0/24" not in ssh("ctl", "nft list table inet gpu_fleet_slurmdbd").stdout
 
 
@@ -179,7 +179,7 @@ def test_sacct_objects_drift_is_seen_and_set_back(accounted, tmp_path):
     proj.run("config", "set", "conn", json.dumps(lab_conn("ctl")))
     proj.run("config", "set", "cluster", cluster)
     try:
-        proj.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=600)
+        proj.up(timeout=600)
         assert sacctmgr("qos", "name=gf-test", "GrpTRES,MaxTRESPerAccount,Priority,Preempt,GraceTime") \
             == "gres/gpu=8|gres/gpu=4|10|normal|00:05:00"
         assert sacctmgr("association", f"cluster={cluster} account=gf-test user=gftest", "User,MaxJobs") \
@@ -187,14 +187,14 @@ def test_sacct_objects_drift_is_seen_and_set_back(accounted, tmp_path):
         proj.run("up", "--yes", "--stack", "lab", "--expect-no-changes")
 
         ssh("ctl", "sacctmgr -i modify qos where name=gf-test set GrpTRES=gres/gpu=99 Priority=3")
-        out = proj.run("refresh", "--yes", "--skip-preview", "--diff", "--stack", "lab").stdout
+        out = proj.refresh("--diff").stdout
         assert "gres/gpu=99" in out, out[-3000:]
         drift = qos_fields(proj)
         assert (drift["GrpTRES"], drift["Priority"], drift["MaxTRESPerAccount"]) == ("gres/gpu=99", "3", "gres/gpu=4")
         preview = proj.run("preview", "--diff", "--stack", "lab").stdout
         assert "gf-test-qos" in preview and "gf-test-account" not in preview, preview[-3000:]
 
-        proj.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=600)
+        proj.up(timeout=600)
         assert sacctmgr("qos", "name=gf-test", "GrpTRES,Priority") == "gres/gpu=8|10"
         assert qos_fields(proj)["GrpTRES"] == "gres/gpu=8"
         proj.run("up", "--yes", "--stack", "lab", "--expect-no-changes")
@@ -225,7 +225,7 @@ exit $rc
 
 def set_accounting(proj, on: bool, check: bool = True):
     proj.run("config", "set", "--path", "gpu-fleet:accounting.enabled", str(on).lower(), "--stack", "lab")
-    return proj.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=1200, check=check)
+    return proj.up(timeout=1200, check=check)
 
 
 def job_ids(last: str) -> set[str]:

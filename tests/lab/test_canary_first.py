@@ -56,7 +56,7 @@ def test_failed_canary_leaves_the_rest_of_the_fleet_untouched(project):
 def test_fixed_canary_then_the_rest_roll_in_order(project):
     ssh("node1", "chmod 1777 /tmp")
     project.log.unlink(missing_ok=True)
-    project.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=900)
+    project.up(timeout=900)
     log = command_log(project.log)
     gate = next(i for i, c in enumerate(log) if c["host"] == "ctl" and "srun" in c["cmd"])
     for n in REST:

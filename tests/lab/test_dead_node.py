@@ -84,7 +84,7 @@ def test_a_dead_node_is_forgotten_and_the_rest_converges(lab, lab_session, tmp_p
     proj.env["GPU_FLEET_COMMAND_LOG"] = str(log)
     proj.init_stack("lab")
     try:
-        proj.run("up", "--yes", "--stack", "lab", "--skip-preview", timeout=1200)
+        proj.up(timeout=1200)
         victims = list(recorded(proj, VICTIM))
         assert victims, f"nothing recorded on {VICTIM}"
 
@@ -112,7 +112,7 @@ def test_a_dead_node_is_forgotten_and_the_rest_converges(lab, lab_session, tmp_p
             assert f"  forgot {urn}\n" in p.stdout
         assert recorded(proj, VICTIM) == {}
 
-        up = proj.run("up", "--yes", "--stack", "lab", "--skip-preview", check=False, timeout=1200)
+        up = proj.up(check=False, timeout=1200)
         assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
         out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
         assert out["admission"]["admitted"] == LIVE
@@ -147,7 +147,7 @@ def test_an_unreachable_node_keeps_its_recorded_resources_while_the_rest_rolls_o
     proj.init_stack("lab")
     original = (proj.dir / "stacks" / "Pulumi.lab.yaml").read_text()
     try:
-        proj.run("up", "--yes", "--stack", "lab", "--skip-preview", timeout=1200)
+        proj.up(timeout=1200)
         before = recorded(proj, VICTIM)
         take_down(proj, lab_session)
         log.write_text("")

@@ -26,7 +26,7 @@ def gated(lab, tmp_path_factory):
     restore_healthy()
     proj = PulumiProject.copy_of_repo(tmp_path_factory.mktemp("gate"))
     proj.init_stack("lab")
-    proj.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=900)
+    proj.up(timeout=900)
     yield proj
     restore_healthy()
     proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
@@ -47,7 +47,7 @@ def test_drifting_node_is_kept_out_and_comes_back_when_fixed(gated):
     bad = healthy_config("node2")
     bad["devices"] = bad["devices"][:7]
     set_fake("node2", bad)
-    gated.run("up", "--yes", "--skip-preview", "--stack", "lab", "--refresh", timeout=900)
+    gated.up("--refresh", timeout=900)
     out = outputs(gated)
     assert out["slurmNodes"] == ["node1", "node3"]
     reasons = " ".join(out["gpu"]["verdicts"]["node2"]["reasons"])
@@ -60,6 +60,6 @@ def test_drifting_node_is_kept_out_and_comes_back_when_fixed(gated):
     assert sorted(ssh("ctl", as_user("srun -N2 -p lab -t 1 hostname")).stdout.split()) == ["node1", "node3"]
 
     restore_healthy(["node2"])
-    gated.run("up", "--yes", "--skip-preview", "--stack", "lab", "--refresh", timeout=900)
+    gated.up("--refresh", timeout=900)
     assert outputs(gated)["slurmNodes"] == ["node1", "node2", "node3"]
     assert sorted(ssh("ctl", as_user("srun -N3 -p lab -t 1 hostname")).stdout.split()) == ["node1", "node2", "node3"]

@@ -126,7 +126,7 @@ def program(fake_gpus, tmp_path_factory):
     proj.run("config", "set", "conns", json.dumps({n: conn(n) for n in NODES}))
     proj.run("config", "set", "probe_paths", json.dumps(PROBE_PATHS))
     before = {n: node_ssh(n, "ls -d /opt/gpu-fleet/lib 2>/dev/null || echo absent").stdout for n in NODES}
-    proj.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=600)
+    proj.up(timeout=600)
     proj.first_log = command_log(proj.log)
     yield proj
     proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=600)
@@ -141,8 +141,8 @@ def outputs(proj: PulumiProject) -> dict:
 
 def reprobe(proj: PulumiProject) -> tuple[dict, str]:
     """`pulumi refresh` (re-probes: read is real) then `up` (hands the verdicts on)."""
-    proj.run("refresh", "--yes", "--skip-preview", "--stack", "lab")
-    up = proj.run("up", "--yes", "--skip-preview", "--stack", "lab")
+    proj.refresh()
+    up = proj.up()
     return outputs(proj), up.stdout + up.stderr
 
 
@@ -215,7 +215,7 @@ def test_second_up_changes_nothing_and_sends_nothing(program):
     program.run("up", "--yes", "--stack", "lab", "--expect-no-changes")
     assert command_log(program.log) == []
     # up --refresh re-probes every node, read-only, and with nothing changed changes nothing
-    program.run("up", "--yes", "--stack", "lab", "--refresh", "--expect-no-changes", "--skip-preview")
+    program.up("--refresh", "--expect-no-changes")
     log = command_log(program.log)
     assert sorted(c["host"] for c in log if is_probe(c["cmd"])) == NODES
     assert log and not [c for c in log if c["mutating"]], [c for c in log if c["mutating"]]

@@ -30,7 +30,7 @@ XID13 = "NVRM: Xid (PCI:0000:86:00): 13, pid=4243, Graphics SM Warp Exception on
 
 
 def up(proj: PulumiProject, *args: str) -> None:
-    p = proj.run("up", "--yes", "--stack", "lab", "--skip-preview", *args, check=False, timeout=1200)
+    p = proj.up(*args, check=False, timeout=1200)
     text = p.stdout + p.stderr
     at = text.find("Diagnostics:")
     assert p.returncode == 0, text[at:at + 6000] if at >= 0 else text[-5000:]
@@ -134,8 +134,7 @@ def guard_commands(log: list[dict], node: str) -> list[dict]:
 def test_a_second_up_changes_nothing_and_a_refresh_sends_only_probes(guarded):
     for args in ([], ["--refresh"]):
         guarded.log.unlink(missing_ok=True)
-        p = guarded.run("up", "--yes", "--stack", "lab", "--skip-preview", "--expect-no-changes", *args,
-                        check=False, timeout=900)
+        p = guarded.up("--expect-no-changes", *args, check=False, timeout=900)
         assert p.returncode == 0, p.stdout[-3000:]
         log = command_log(guarded.log)
         assert [c for c in log if c["mutating"]] == []

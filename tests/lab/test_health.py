@@ -195,8 +195,7 @@ def wait_for_result(node: str, after: float, timeout: float = 3 * INTERVAL + 30)
 def test_a_second_up_changes_nothing_and_a_refresh_records_the_health(healthy):
     for args in ([], ["--refresh"]):
         healthy.log.unlink(missing_ok=True)
-        p = healthy.run("up", "--yes", "--stack", "lab", "--skip-preview", "--expect-no-changes", *args,
-                        check=False, timeout=900)
+        p = healthy.up("--expect-no-changes", *args, check=False, timeout=900)
         assert p.returncode == 0, p.stdout[-3000:]
         assert [c for c in command_log(healthy.log) if c["mutating"]] == []
     assert health_output(healthy)["nodes"]["node2"]["check"]["ok"] is True
@@ -252,8 +251,7 @@ def test_a_fault_that_survives_the_reboot_puts_node2_in_quarantine(healthy):
     assert node_state("node2")[1].startswith("gpu-fleet health: quarantined")
     # the admin's read: an `up --refresh` reads the fleet again and changes nothing on it
     healthy.log.unlink(missing_ok=True)
-    p = healthy.run("up", "--yes", "--stack", "lab", "--skip-preview", "--refresh", "--expect-no-changes",
-                    check=False, timeout=900)
+    p = healthy.up("--refresh", "--expect-no-changes", check=False, timeout=900)
     assert p.returncode == 0, p.stdout[-3000:]
     assert [c for c in command_log(healthy.log) if c["mutating"]] == []
     out = health_output(healthy)
@@ -317,8 +315,7 @@ def test_a_spare_stands_in_for_node2_in_a_lent_reservation(healthy):
     wait_job(jid, "RUNNING")
     ssh("ctl", f"scancel {jid}")
     healthy.log.unlink(missing_ok=True)
-    p = healthy.run("up", "--yes", "--stack", "lab", "--skip-preview", "--refresh", "--expect-no-changes",
-                    check=False, timeout=900)
+    p = healthy.up("--refresh", "--expect-no-changes", check=False, timeout=900)
     assert p.returncode == 0, p.stdout[-3000:]
     assert [c for c in command_log(healthy.log) if c["mutating"]] == []
     lent = json.loads(healthy.run("stack", "output", "spares", "--json", "--stack", "lab").stdout)

@@ -69,7 +69,7 @@ def runlock(proj: PulumiProject) -> subprocess.CompletedProcess:
 
 
 def converges(proj: PulumiProject) -> None:
-    p = proj.run("up", "--yes", "--stack", "lab", "--skip-preview", check=False, timeout=1200)
+    p = proj.up(check=False, timeout=1200)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
     assert out["admission"]["admitted"] == NODES and (out["acceptance"]["accepted"] == out["admission"]["admitted"] and not out["acceptance"]["failed"])
@@ -182,7 +182,7 @@ def test_kill_9_of_an_up_without_checkpoints_then_up_and_destroy(lab, tmp_path):
 
         assert runlock(proj).returncode == 1  # the killed run's lock: reported, never cleared by itself
         proj.run("cancel", "--yes", "--stack", "lab")
-        p = proj.run("up", "--yes", "--stack", "lab", "--skip-preview", check=False, timeout=1200)
+        p = proj.up(check=False, timeout=1200)
         assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
         again = done_by(command_log(proj.log)[len(killed):])
         # nothing the killed run finished is applied again (the acceptance's jobs run at create)

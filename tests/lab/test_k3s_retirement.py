@@ -118,7 +118,7 @@ def configure(proj: PulumiProject, change_id: str | None, **spec) -> None:
 
 
 def up(proj: PulumiProject, check: bool = True) -> subprocess.CompletedProcess:
-    p = proj.run("up", "--yes", "--stack", "lab", "--skip-preview", check=False, timeout=1500)
+    p = proj.up(check=False, timeout=1500)
     if check:
         # the errors first: the stack's outputs diff after them can fill any tail
         at = p.stdout.find("Diagnostics:")

@@ -132,7 +132,7 @@ def test_a_download_killed_half_way_resumes_without_fetching_finished_files_agai
     assert finished, "no file finished before the kill"
 
     since = len(hub.requests)
-    model.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=1500)
+    model.up(timeout=1500)
     again = gets(hub, since)
     fetched = {r["path"].split(f"/resolve/{hub.commit}/", 1)[1] for r in again}
     assert not fetched & finished, f"fetched again: {sorted(fetched & finished)}"
@@ -270,7 +270,7 @@ def test_a_full_store_keeps_the_partial_download_and_publishes_nothing(model):
         ssh("storage", "zfs set quota=none ai/models")
     since = len(hub.requests)
     set_model(model, revision=rev)
-    model.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=1500)
+    model.up(timeout=1500)
     assert ssh("storage", f"test -f {MODELS}/{REPO}/{rev}/.gpu-fleet/manifest.json", check=False).returncode == 0
     assert sum(r.get("bytes_sent", 0) for r in gets(hub, since)) < sum(
         (hub.root / REPO / rev / f).stat().st_size for f in hub.files)
@@ -279,11 +279,11 @@ def test_a_full_store_keeps_the_partial_download_and_publishes_nothing(model):
 def test_destroy_keeps_the_snapshot_and_an_up_after_it_downloads_nothing(model):
     hub = model.hub
     set_model(model, revision=hub.commit)
-    model.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=1500)
+    model.up(timeout=1500)
     model.run("destroy", "--yes", "--stack", "lab", timeout=900)
     left = ssh("storage", f"ls {HOME} 2>&1; systemctl cat {UNIT} 2>&1 | head -1; "
                           f"test -f {MODELS}/{REPO}/{hub.commit}/.gpu-fleet/manifest.json && echo kept", check=False)
     assert "No such file" in left.stdout and "No files found" in left.stdout and "kept" in left.stdout, left.stdout
     since = len(hub.requests)
-    model.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=1500)
+    model.up(timeout=1500)
     assert gets(hub, since) == [] and outputs(model)["modelSnapshot"]["download"]["ran_this_up"] is False

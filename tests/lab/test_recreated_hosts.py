@@ -20,7 +20,7 @@ from .test_slurm_cluster import NODES
 
 def converges_in_one_up_refresh(proj: PulumiProject) -> None:
     """One `up --refresh` and every node is back: admitted, GPU-healthy, the canary passing."""
-    p = proj.run("up", "--yes", "--stack", "lab", "--refresh", "--skip-preview", check=False, timeout=1200)
+    p = proj.up("--refresh", check=False, timeout=1200)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
     out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
     assert out["admission"] == {"admitted": NODES, "refused": {}}
@@ -32,7 +32,7 @@ def test_lab_down_up_then_one_up_refresh_converges(lab, lab_session, tmp_path):
     proj = PulumiProject.copy_of_repo(tmp_path)
     proj.init_stack("lab")
     try:
-        proj.run("up", "--yes", "--stack", "lab", "--skip-preview", timeout=1200)
+        proj.up(timeout=1200)
         lab_session.exclusive()  # no other test session is using the hosts
         try:
             lab_command("down", timeout=300)
@@ -52,7 +52,7 @@ def test_one_node_reimaged_in_place_converges_in_one_up_refresh(lab, lab_session
     proj = PulumiProject.copy_of_repo(tmp_path)
     proj.init_stack("lab")
     try:
-        proj.run("up", "--yes", "--stack", "lab", "--skip-preview", timeout=1200)
+        proj.up(timeout=1200)
         lab_session.exclusive()
         try:
             lab_command("reimage", "node2")

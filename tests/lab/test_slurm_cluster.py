@@ -58,7 +58,7 @@ def cluster(lab, tmp_path_factory):
     proj.env["GPU_FLEET_COMMAND_LOG"] = str(tmp / "commands.jsonl")
     proj.log = tmp / "commands.jsonl"
     proj.init_stack("lab")
-    proj.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=900)
+    proj.up(timeout=900)
     yield proj, before
     proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
 
@@ -173,7 +173,7 @@ def test_second_up_changes_nothing_and_mutates_nothing(cluster):
     proj.log.unlink(missing_ok=True)
     proj.run("up", "--yes", "--stack", "lab", "--expect-no-changes")
     assert command_log(proj.log) == []
-    proj.run("up", "--yes", "--stack", "lab", "--refresh", "--expect-no-changes", "--skip-preview")
+    proj.up("--refresh", "--expect-no-changes")
     log = command_log(proj.log)
     assert log and not [c for c in log if c["mutating"]], [c for c in log if c["mutating"]]
 
@@ -198,14 +198,14 @@ def test_a_no_start_policy_left_by_a_lost_host_is_drift_that_up_removes(cluster)
     ssh("node2", f"sh -c {shlex.quote(NO_START)} sh sh -c 'kill -9 $PPID'; test -e /usr/sbin/policy-rc.d")
     try:
         proj.log.unlink(missing_ok=True)
-        out = proj.run("up", "--yes", "--stack", "lab", "--refresh", "--skip-preview").stdout
+        out = proj.up("--refresh").stdout
         changed = [line for line in out.splitlines() if "dynamic/" in line and (" updated" in line or " created" in line)]
         assert len(changed) == 1 and "node2-slurm-packages" in changed[0], out[-3000:]
         acted = [c for c in command_log(proj.log) if c["mutating"]]
         assert len(acted) == 1 and acted[0]["host"] == "node2", acted
         assert "rm -f -- /usr/sbin/policy-rc.d" in acted[0]["cmd"] and "apt-get" not in acted[0]["cmd"], acted
         assert ssh("node2", "test -e /usr/sbin/policy-rc.d", check=False).returncode == 1
-        proj.run("up", "--yes", "--stack", "lab", "--refresh", "--skip-preview", "--expect-no-changes")
+        proj.up("--refresh", "--expect-no-changes")
     finally:
         ssh("node2", "rm -f /usr/sbin/policy-rc.d")
 
@@ -246,7 +246,7 @@ def test_destroy_restores_hosts_and_up_restores_the_same_cluster(cluster):
     key_sha = ssh("node1", "sha256sum /etc/munge/munge.key").stdout.split()[0]
     proj.run("destroy", "--yes", "--stack", "lab", timeout=900)
     assert {h: snapshot(h) for h in HOSTS} == before
-    proj.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=900)
+    proj.up(timeout=900)
     assert ssh("node1", "sha256sum /etc/munge/munge.key").stdout.split()[0] == key_sha
     out = ssh("ctl", as_user("srun -N3 -p lab -t 1 hostname")).stdout
     assert sorted(out.split()) == NODES
@@ -336,7 +336,7 @@ def test_deep_checks_pass_on_figures_and_a_failing_one_drains_its_node(cluster):
             "figure": r"Avg bus bandwidth\s*:\s*([0-9.]+)", "min_figure": 20}
     set_deep_checks(proj, [{"name": "diag", "command": f"{STAND_IN} diag", "timeout_s": 60}, nccl])
     try:
-        proj.run("up", "--yes", "--stack", "lab", "--skip-preview", timeout=900)
+        proj.up(timeout=900)
         acc = acceptance(proj)
         assert acc["accepted"] == NODES, acc["failed"]
         for n in NODES:
@@ -356,7 +356,7 @@ os.replace("{FAKE_NVML}.t", "{FAKE_NVML}")
 EOF""")
         set_deep_checks(proj, [{"name": "diag", "command": f"{STAND_IN} diag", "timeout_s": 60},
                                {**nccl, "min_figure": 30}])
-        p = proj.run("up", "--yes", "--stack", "lab", "--skip-preview", check=False, timeout=900)
+        p = proj.up(check=False, timeout=900)
         out = p.stdout + p.stderr
         assert p.returncode != 0
         assert "fleet acceptance: 2 of 3 nodes passed, 3 needed" in out, out[-3000:]
@@ -375,7 +375,7 @@ os.replace("{FAKE_NVML}.t", "{FAKE_NVML}")
 EOF""")
         set_deep_checks(proj, [])
     # the checks changed again: every node judged again, node2 resumed and accepted
-    proj.run("up", "--yes", "--stack", "lab", "--skip-preview", timeout=900)
+    proj.up(timeout=900)
     acc = acceptance(proj)
     assert acc["accepted"] == NODES and acc["failed"] == {}, acc["failed"]
     assert node_state("node2") == ("idle", "none")
@@ -392,7 +392,7 @@ def test_a_node_that_breaks_after_admission_is_drained_and_min_nodes_decides(clu
         ssh("node3", DROP_A_GPU)
         # the checks changed, so every node is judged again
         proj.run("config", "set", "--path", "gpu-fleet:acceptance.job_timeout_s", "301", "--stack", "lab")
-        p = proj.run("up", "--yes", "--stack", "lab", "--skip-preview", check=False, timeout=900)
+        p = proj.up(check=False, timeout=900)
         assert p.returncode != 0
         out = p.stdout + p.stderr
         assert "fleet acceptance: 1 of 3 nodes passed, 3 needed; partitions lab set INACTIVE" in out, out[-3000:]
@@ -407,7 +407,7 @@ def test_a_node_that_breaks_after_admission_is_drained_and_min_nodes_decides(clu
 
         # one node is enough for this stack: the partition opens with node1, the others stay out
         proj.run("config", "set", "--path", "gpu-fleet:acceptance.min_nodes", "1", "--stack", "lab")
-        proj.run("up", "--yes", "--stack", "lab", "--skip-preview", timeout=900)
+        proj.up(timeout=900)
         acc = acceptance(proj)
         assert acc["accepted"] == ["node1"] and sorted(acc["failed"]) == ["node2", "node3"], acc["failed"]
         assert acc["fleetJob"]["nodes"] == ["node1"]
@@ -415,7 +415,7 @@ def test_a_node_that_breaks_after_admission_is_drained_and_min_nodes_decides(clu
         assert node_state("node2")[0] == "drained" and node_state("node3")[0] == "drained"
         # a no-op up judges no node again: no job, nothing changed on any host
         proj.log.unlink(missing_ok=True)
-        proj.run("up", "--yes", "--stack", "lab", "--expect-no-changes", "--skip-preview")
+        proj.up("--expect-no-changes")
         assert [c for c in command_log(proj.log) if c["mutating"]] == []
     finally:
         ssh("node2", "sed -i 's/^ConstrainDevices=no/ConstrainDevices=yes/' /etc/slurm/cgroup.conf "
@@ -424,7 +424,7 @@ def test_a_node_that_breaks_after_admission_is_drained_and_min_nodes_decides(clu
         ssh("node3", f"echo {b64} | base64 -d > {FAKE_NVML}.t && mv {FAKE_NVML}.t {FAKE_NVML} "
                      "&& gpu-fleet-fake-nvml-node >/dev/null")
     # fixed by hand, judged again on request: the nodes this layer drained come back
-    proj.run("up", "--yes", "--stack", "lab", "--skip-preview", "--replace", ACCEPTANCE_URN, timeout=900)
+    proj.up("--replace", ACCEPTANCE_URN, timeout=900)
     acc = acceptance(proj)
     assert acc["accepted"] == NODES and acc["failed"] == {}, acc["failed"]
     assert [node_state(n) for n in NODES] == [("idle", "none")] * 3

@@ -49,12 +49,12 @@ def test_sshd_stopped_on_one_node_mid_up(lab, lab_session, tmp_path):
         assert f"host {VICTIM}" in text and "cannot reach 10.213.57.23:22 over SSH" in text, text[-4000:]
 
         # what was recorded for the other hosts is what they have: a refresh changes none of it
-        refresh = proj.run("refresh", "--yes", "--stack", "lab", "--skip-preview", timeout=900).stdout
+        refresh = proj.refresh(timeout=900).stdout
         changed = [line for line in refresh.splitlines()
                    if ("updated" in line or "deleted" in line) and any(n in line for n in ("node1", "node2"))]
         assert changed == [], changed
 
-        proj.run("up", "--yes", "--stack", "lab", "--skip-preview", timeout=1200)
+        proj.up(timeout=1200)
         out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
         assert out["admission"]["admitted"] == NODES and (out["acceptance"]["accepted"] == out["admission"]["admitted"] and not out["acceptance"]["failed"])
         proj.run("preview", "--stack", "lab", "--expect-no-changes")

@@ -57,7 +57,7 @@ def stored(lab, tmp_path_factory):
     proj.init_stack("lab")
     set_storage(proj)
     try:
-        proj.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=1200)
+        proj.up(timeout=1200)
         yield proj
     finally:
         proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
@@ -119,7 +119,7 @@ def test_a_second_up_changes_nothing(stored):
 def test_a_dataset_unmounted_by_hand_is_drift_and_not_exported_until_mounted(stored):
     ssh("storage", "systemctl stop nfs-ganesha && zfs unmount ai/models")
     try:
-        refresh = stored.run("refresh", "--yes", "--skip-preview", "--stack", "lab", timeout=600).stdout
+        refresh = stored.refresh(timeout=600).stdout
         assert "storage-datasets" in refresh, refresh[-2000:]  # the drift is recorded
         p = stored.run("up", "--yes", "--stack", "lab", check=False, timeout=900)
         text = p.stdout + p.stderr
@@ -132,7 +132,7 @@ def test_a_dataset_unmounted_by_hand_is_drift_and_not_exported_until_mounted(sto
         assert "ai/models is not mounted" in ssh("storage", "journalctl -u nfs-ganesha -n 20 --no-pager").stdout
     finally:
         ssh("storage", "zfs mount -o ro ai/models")
-    stored.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=900)
+    stored.up(timeout=900)
     assert outputs(stored)["storage"]["mountedOn"] == NODES
     for n in NODES:
         assert ssh(n, f"cat {MODELS}/.gpu-fleet-store").stdout.startswith("gpu-fleet store dataset=ai/models")
@@ -151,7 +151,7 @@ def test_pool_not_imported_fails_closed_and_data_survives_a_rollback(stored):
         assert ssh("storage", "systemctl is-active nfs-ganesha", check=False).stdout.strip() != "active"
     finally:
         ssh("storage", "zpool import -d /var/lib/zfs-vdev ai")
-    stored.run("up", "--yes", "--skip-preview", "--stack", "lab", "--refresh", timeout=900)
+    stored.up("--refresh", timeout=900)
     assert ssh("storage", "cat /srv/ai/data/inputs/keep.txt").stdout == "seed bytes\n"
     # the stores are new mounts: every node mounted them again (no stale handles)
     for n in NODES:
@@ -162,5 +162,5 @@ def test_pool_not_imported_fails_closed_and_data_survives_a_rollback(stored):
     for n in NODES:
         assert ssh(n, f"findmnt --mountpoint {DATA}", check=False).returncode != 0
     set_storage(stored)
-    stored.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=1200)
+    stored.up(timeout=1200)
     assert ssh("node3", f"cat {DATA}/inputs/keep.txt").stdout == "seed bytes\n"

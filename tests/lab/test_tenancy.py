@@ -101,7 +101,7 @@ def tenancy(lab, tmp_path_factory):
     set_tenancy(proj, TENANCY)
     add_users()
     try:
-        proj.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=1500)
+        proj.up(timeout=1500)
         yield proj
     finally:
         ssh("ctl", "scancel -u alice; scancel -u bob", check=False)
@@ -265,7 +265,7 @@ def test_a_qos_edited_by_hand_is_drift_and_up_sets_it_back_and_a_no_op_up_sends_
     ssh("ctl", "sacctmgr -i modify qos where name=vision set GrpTRES=gres/gpu=99")
     preview = tenancy.run("preview", "--refresh", "--diff", "--stack", "lab").stdout
     assert "tenancy-accounting" in preview and "gres/gpu=99" in preview, preview[-3000:]
-    tenancy.run("up", "--refresh", "--yes", "--skip-preview", "--stack", "lab")
+    tenancy.up("--refresh")
     tres = ssh("ctl", "sacctmgr -n -P show qos where name=vision format=GrpTRES").stdout.strip()
     assert sorted(tres.split(",")) == ["gres/gpu:v100=8", "gres/gpu=8"], tres
     tenancy.log.unlink(missing_ok=True)
@@ -287,7 +287,7 @@ def test_a_team_with_a_queued_job_is_not_removed_and_once_empty_goes_with_its_hi
     assert "speech" in ssh("ctl", "sacctmgr -n -P show account format=Account").stdout.split()
     ssh("ctl", f"scancel {queued}")
     assert wait_for(lambda: not job(queued, "%T"), 30)
-    tenancy.run("up", "--yes", "--skip-preview", "--stack", "lab")
+    tenancy.up()
     assocs = ssh("ctl", "sacctmgr -n -P show association format=Account,User").stdout
     assert "speech" not in assocs and "vision|alice" in assocs, assocs
     assert "speech" not in ssh("ctl", "sacctmgr -n -P show qos format=Name").stdout.split()
@@ -300,7 +300,7 @@ def test_turning_the_layer_off_removes_its_objects_and_settings_and_slurm_keeps_
     done = submit("alice", "-t 1 --gres=gpu:v100:1", "true")
     assert wait_for(lambda: not job(done, "%T"), 60)
     set_tenancy(tenancy, {"enabled": False})
-    tenancy.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=1200)
+    tenancy.up(timeout=1200)
     conf = ssh("ctl", "scontrol show config").stdout
     # 22.05 prints preempt/none, 24.11 (null)
     assert re.search(r"^PreemptType += (preempt/none|\(null\))$", conf, re.M), conf

@@ -18,7 +18,7 @@ from .test_slurm_cluster import as_user
 
 def set_accounting(proj, on: bool):
     proj.run("config", "set", "--path", "gpu-fleet:accounting.enabled", str(on).lower(), "--stack", "lab")
-    return proj.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=1500)
+    return proj.up(timeout=1500)
 
 
 def cluster_id(proj) -> dict:

@@ -32,7 +32,7 @@ def tenancy(release24):
     set_tenancy(proj, TENANCY)
     add_users()
     try:
-        proj.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=1500)
+        proj.up(timeout=1500)
         yield proj
     finally:
         remove_users()

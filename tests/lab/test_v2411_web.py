@@ -43,7 +43,7 @@ TOKEN_OF = "sed -n 's/^jwt_token=//p'"
 
 
 def up(proj: PulumiProject, check: bool = True) -> subprocess.CompletedProcess:
-    p = proj.run("up", "--yes", "--stack", "lab", "--skip-preview", check=False, timeout=1200)
+    p = proj.up(check=False, timeout=1200)
     if check:
         text = p.stdout + p.stderr
         at = text.find("Diagnostics:")

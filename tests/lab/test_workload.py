@@ -108,7 +108,7 @@ def workload(lab, tmp_path_factory):
     set_workload(proj, enabled=True, render={"nodes": 3, "mem_mib": 400}, post_mem_mib=400, timeout_s=900,
                  node_packages={"zstd": repo_version("zstd")})
     try:
-        proj.run("up", "--yes", "--skip-preview", "--stack", "lab", timeout=1800)
+        proj.up(timeout=1800)
         yield proj
     finally:
         proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
