@@ -223,6 +223,18 @@ def test_dropped_connection_resumes_with_a_range(model, tmp_path):
         (None, 200, cut), (f"bytes={chunk}-", 206, (root / REPO / commit / BIG).stat().st_size - chunk)]
 
 
+def incomplete(partial_dir: Path) -> list[tuple[Path, int]]:
+    """The client's partial files and their sizes. A small file can finish (renamed into place)
+    between the listing and its stat: it is no longer partial, not an error."""
+    out = []
+    for p in partial_dir.glob("*.incomplete") if partial_dir.is_dir() else []:
+        try:
+            out.append((p, p.stat().st_size))
+        except FileNotFoundError:
+            pass
+    return out
+
+
 def metadata_written(dest, rel: str) -> bool:
     meta = dest / ".cache/huggingface/download" / f"{rel}.metadata"
     return meta.is_file() and meta.stat().st_size > 0
@@ -248,8 +260,7 @@ def test_killed_download_does_not_fetch_finished_files_again(model, tmp_path):
         deadline = time.monotonic() + 30
         partial = []
         while time.monotonic() < deadline and proc.poll() is None:
-            partial = [p for p in partial_dir.glob("*.incomplete") if p.stat().st_size >= big_size // 3] \
-                if partial_dir.is_dir() else []
+            partial = [p for p, size in incomplete(partial_dir) if size >= big_size // 3]
             # done: the file in place and its download metadata written (the client writes the
             # metadata after the file; a run killed in between checks that file again with a HEAD)
             others_done = all((dest / rel).is_file() and metadata_written(dest, rel) for rel in files if rel != BIG)
