@@ -112,7 +112,7 @@ def test_no_pipefail_script_pipes_into_an_early_grep():
     assert found == [], "capture the listing first, then grep a here-string:\n" + "\n".join(found)
 
 
-def test_the_early_grep_rule_sees_the_fault_it_names(tmp_path):
+def test_the_early_grep_rule_sees_the_fault_it_names():
     """The rule's pattern catches the fixture's line, and the fault is real: a producer that
     writes after grep -q matched fails the pipeline under pipefail."""
     assert EARLY_GREP.search((ROOT / R2_FIXTURE).read_text())
