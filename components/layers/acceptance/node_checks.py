@@ -74,8 +74,9 @@ def parse_blocks(stdout: str) -> tuple[dict[str, list[str]], dict[str, str], Opt
 def parse_node(lines: list[str]) -> dict[str, Any]:
     """One node's job output -> {job, rc, done, inventory{...}, nvml[...], gpu_steps[...], oom, fs, residue}."""
     seen: dict[str, Any] = {"inventory": {}, "nvml": [], "nvml_error": [], "gpu_steps": [], "deep": {},
-                            "oom": {"lines": []}, "fs": {}, "residue": "", "output": lines}
+                            "oom": {"lines": []}, "fs": {}, "residue": "", "output": lines, "trail": []}
     for line in lines:
+        _follow(seen["trail"], line)
         key, sep, value = line.partition("=")
         if not sep:
             if line.startswith("oom."):  # srun's own report of the kill carries no key
@@ -113,6 +114,32 @@ def parse_node(lines: list[str]) -> dict[str, Any]:
     return seen
 
 
+_STEP_KINDS = ("inventory", "gpu", "oom", "fs", "residue", "deep")
+
+
+def _follow(trail: list[list], line: str) -> None:
+    """Extend `trail`, the steps a job's output reached in order as [name, lines], by `line`:
+    where a hung job stopped is the last entry. A single-GPU step counts once, by its result."""
+    key = line.partition("=")[0]
+    kind, dot, field = key.partition(".")
+    if not dot or kind not in _STEP_KINDS or (kind == "gpu" and field != "step"):
+        return
+    name = f"deep:{field.rpartition('.')[0]}" if kind == "deep" else kind
+    if trail and trail[-1][0] == name:
+        trail[-1][1] += 1
+    else:
+        trail.append([name, 1])
+
+
+def stopped_after(seen: dict[str, Any], gpus: int) -> str:
+    """Where a job that never printed done=1 stopped, from the steps its output reached."""
+    trail = seen.get("trail") or []
+    if not trail:
+        return "no step printed anything"
+    parts = [f"{n} ({c} of {gpus} steps)" if n == "gpu" else n for n, c in trail]
+    return "its output stops after " + ", ".join(parts)
+
+
 def _gpu_step(text: str) -> dict[str, Any]:
     """'step=3 cvd=0 held=8 devices=0:EPERM,1:ENXIO' -> {step, cvd, held, devices{index: result}}."""
     f = dict(p.split("=", 1) for p in text.split() if "=" in p)
@@ -140,7 +167,7 @@ def judge_node(seen: dict[str, Any], e: NodeExpect, gres_used: str, oom_state: O
     over-memory step's state in sacct (None without accounting: srun's report is read)."""
     checks = [check("job", seen.get("rc") == "0" and seen.get("done") == "1",
                     f"job {seen.get('job') or '(none)'} exited {seen.get('rc', '?')}"
-                    + ("" if seen.get("done") == "1" else ", before its last step"))]
+                    + ("" if seen.get("done") == "1" else f", before its last step: {stopped_after(seen, e.gpus)}"))]
     inv = seen["inventory"]
     if e.gpus:
         if e.nvml:

@@ -368,7 +368,8 @@ def test_the_model_marker_is_checked_only_with_a_marker():
 def test_a_job_that_did_not_reach_its_last_step_fails_job():
     checks = judge(edited(replace("done=", None)))
     assert failed(checks) == {"job"}
-    assert checks["job"]["seen"] == "job 32 exited 0, before its last step"
+    assert checks["job"]["seen"] == ("job 32 exited 0, before its last step: its output stops after "
+                                     "inventory, gpu (8 of 8 steps), oom, fs, residue")
 
 
 def test_a_job_that_exited_non_zero_fails_job():
@@ -467,3 +468,34 @@ def test_the_fixture_uuids_are_the_ones_in_the_text():
         found = re.findall(r"^inventory\.nvml=(\d) (GPU-[0-9a-f-]+) ", block, re.M)[:8]
         assert [int(i) for i, _ in found] == list(range(8))
         assert tuple(u for _, u in found) == uuids
+
+
+# ---- a job that never finished: where it stopped ---------------------------------------------
+
+def cancelled(lines: list[str]) -> list[str]:
+    """`lines` as fleet_jobs.sh reports a job it cancelled at its deadline (no done=1)."""
+    return [("rc=CANCELLED 0:15" if line == "rc=0" else line) for line in lines if line != "done=1"]
+
+
+def test_a_job_cancelled_in_its_single_gpu_steps_says_how_many_reported():
+    kept = iter(range(100))
+    # three of the eight single-GPU steps reported, then nothing: the job hung there
+    lines = cancelled([line for line in node1_lines() if not line.startswith("gpu.step=") or next(kept) < 3])
+    lines = lines[:max(i for i, line in enumerate(lines) if line.startswith("gpu.step=")) + 1] + ["rc=CANCELLED 0:15"]
+    seen = judge(lines)["job"]["seen"]
+    assert seen == ("job 32 exited CANCELLED 0:15, before its last step: its output stops after "
+                    "inventory, gpu (3 of 8 steps)"), seen
+
+
+def test_a_job_cancelled_after_its_residue_step_names_the_whole_trail():
+    lines = cancelled(node1_lines())
+    seen = judge(lines)["job"]["seen"]
+    assert seen.endswith("its output stops after inventory, gpu (8 of 8 steps), oom, fs, residue"), seen
+    assert first_failure(list(judge(lines).values())).startswith("gpu-fleet acceptance: job: job 32 exited")
+
+
+def test_a_job_cancelled_in_a_deep_check_names_it_and_one_with_no_output_says_so():
+    lines = cancelled(node1_lines()) + ["deep.diag.out=ran", "deep.diag.rc=0", "deep.nccl.out=busbw 3.1"]
+    assert judge(lines)["job"]["seen"].endswith("residue, deep:diag, deep:nccl")
+    assert judge(["job=40", "rc=CANCELLED 0:15"])["job"]["seen"] == (
+        "job 40 exited CANCELLED 0:15, before its last step: no step printed anything")
