@@ -14,7 +14,9 @@ target whose user is not root works too (and its commands show the prefix).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,7 +99,10 @@ def install(monkeypatch) -> FakeHosts:
     hosts = FakeHosts()
     monkeypatch.setattr(base, "connection", hosts.connection)
     # what primitives keep on their host (providers/kept.py): this test's own, not the machine's
-    monkeypatch.setenv("GPU_FLEET_KEPT_DIR", tempfile.mkdtemp(prefix="gf-kept-"))
+    # (a folder of its own, gone with the test run: some tests assert the folder itself vanishes)
+    kept_dir = tempfile.mkdtemp(prefix="gf-kept-")
+    atexit.register(shutil.rmtree, kept_dir, True)
+    monkeypatch.setenv("GPU_FLEET_KEPT_DIR", kept_dir)
     monkeypatch.setattr(ssh, "ssh_argv", lambda t: ["/bin/sh", "-c", LOCAL_SHELL, f"fake-ssh-{t.name}"])
     return hosts
 
