@@ -27,6 +27,18 @@ def ensure_bridge() -> None:
     run(["ip", "link", "set", BRIDGE, "up"])
 
 
+def bridge_ports() -> list[str]:
+    """The links attached to the bridge: the host ends of the hosts' veths."""
+    out = run(["ip", "-o", "link", "show", "master", BRIDGE], check=False).stdout
+    return [line.split(":")[1].strip().split("@")[0] for line in out.splitlines() if line.count(":") >= 2]
+
+
 def delete_bridge() -> None:
+    """The bridge and its veths. A killed host's veth lives on until the kernel has torn its
+    namespace down, which a process stuck on the host's FUSE mount can delay by a minute; until
+    then the next boot of that host fails on the name ("Failed to add new veth interfaces
+    (vb-storage:host0): File exists")."""
     if bridge_exists():
+        for port in bridge_ports():
+            run(["ip", "link", "del", port], check=False)
         run(["ip", "link", "del", BRIDGE], check=False)

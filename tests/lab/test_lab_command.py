@@ -93,7 +93,13 @@ def exclusive(lab_session):
 
 def test_down_is_safe_twice(exclusive):
     had_key = (STATE / "id_ed25519").exists()  # a fresh checkout has none until the first up
+    # a killed host's veth, its namespace not torn down yet: down removes it with the bridge
+    net.ensure_bridge()
+    subprocess.run(["ip", "link", "add", "gf-stale0", "type", "veth", "peer", "name", "gf-stale1"], check=True)
+    subprocess.run(["ip", "link", "set", "gf-stale0", "master", net.BRIDGE], check=True)
+    assert "gf-stale0" in net.bridge_ports()
     lab_command("down")
+    assert subprocess.run(["ip", "link", "show", "gf-stale0"], capture_output=True).returncode != 0
     second = lab_command("down")
     assert "already down" in second.stdout
     assert_lab_is_down()
