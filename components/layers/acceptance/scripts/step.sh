@@ -58,8 +58,10 @@ print("nvml_done=1")' 2>&1 | sed '/^nvml/!s/^/nvml_error=/'
 gpu)
   # hold the GPU until every single-GPU step of the node holds one (or 60 s): each of the
   # node's GPUs must then be in exactly one step
+  # (by the clock, not by polls: each poll forks find and wc on top of its 0.1 s sleep)
   b=/tmp/gpu-fleet-barrier-$J; mkdir -p "$b" && touch "$b/$SLURM_STEP_ID"
-  n=0; while [ "$(find "$b" -type f | wc -l)" -lt "$2" ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n + 1)); done
+  end=$(( $(date +%s) + 60 ))
+  while [ "$(find "$b" -type f | wc -l)" -lt "$2" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 0.1; done
   echo "step=$SLURM_STEP_ID cvd=${CUDA_VISIBLE_DEVICES-unset} held=$(find "$b" -type f | wc -l) $(devices "$1" "$2")" ;;
 oom)
   echo "step=$SLURM_STEP_ID"
