@@ -11,7 +11,9 @@
 // every LanguageRuntime RPC to it byte for byte (a transparent gRPC proxy), and implements only
 // RunPlugin for kind "analyzer" itself, the way newer official hosts do: it runs
 // `python -u -m pulumi.policy <args...> <policy pack dir>` from the pack's virtualenv and
-// streams its output and exit code back. It adds no engine behaviour of its own.
+// streams its output and exit code back. It also keeps the host's answer to
+// GetRequiredPlugins while the virtualenv is unchanged (plugincache.go), which the host would
+// otherwise compute with `pip list` on every run. It adds no engine behaviour of its own.
 //
 // Usage (the pulumi-language-python shim written by scripts/setup.sh):
 //
@@ -169,7 +171,8 @@ func startHost(o options) (*exec.Cmd, string, *bufio.Reader, error) {
 
 type proxy struct {
 	host       *grpc.ClientConn
-	virtualenv string // the program's virtualenv (absolute), a fallback for policy packs
+	virtualenv string       // the program's virtualenv (absolute), a fallback for policy packs
+	plugins    *pluginCache // nil without a virtualenv
 }
 
 func (p *proxy) handle(_ any, ss grpc.ServerStream) error {
@@ -179,6 +182,9 @@ func (p *proxy) handle(_ any, ss grpc.ServerStream) error {
 	}
 	if method == runPluginMethod {
 		return p.runPlugin(ss)
+	}
+	if method == requiredPluginsMethod && p.plugins != nil {
+		return p.requiredPlugins(ss)
 	}
 	return p.forward(method, ss)
 }
@@ -368,6 +374,7 @@ func run() error {
 		if p.virtualenv, err = filepath.Abs(o.virtualenv); err != nil {
 			return err
 		}
+		p.plugins = &pluginCache{venv: p.virtualenv}
 	}
 	// Interrupts (the CLI signals the whole process group) are handled below, after start-up.
 	sigs := make(chan os.Signal, 1)

@@ -1,0 +1,90 @@
+"""tools/pulumi-language-python-adapter keeps the host's answer to GetRequiredPlugins.
+
+The v3.68 host answers it with `python -m pip list -v` in the program's virtualenv on every
+preview, up, refresh and destroy. The adapter keeps that answer under a key made of the request
+and the virtualenv's contents (its Go tests: plugincache_test.go, run here), so the real CLI runs
+`pip list` once per project and virtualenv state, not once per command.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from tests.pulumi_cli import ROOT, PulumiProject
+
+ADAPTER = ROOT / "tools" / "pulumi-language-python-adapter"
+
+
+def test_the_adapters_go_tests_pass():
+    go = shutil.which("go") or "/usr/local/go/bin/go"
+    if not os.path.exists(go):
+        pytest.fail("no Go toolchain: make setup builds the adapter with it")
+    p = subprocess.run([go, "test", "-count=1", "./..."], cwd=ADAPTER, capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "GOFLAGS": "-mod=readonly"})
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def descendants(root: int) -> dict[int, str]:
+    """pid -> command line of every process under root."""
+    parents: dict[int, int] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                stat = open(f"/proc/{d}/stat").read()
+            except OSError:
+                continue
+            parents[int(d)] = int(stat[stat.rfind(")") + 2:].split()[1])
+    under = {root}
+    grew = True
+    while grew:
+        grew = False
+        for pid, ppid in parents.items():
+            if ppid in under and pid not in under:
+                under.add(pid)
+                grew = True
+    out = {}
+    for pid in under - {root}:
+        try:
+            out[pid] = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
+        except OSError:
+            pass
+    return out
+
+
+def preview_watching_pip(proj: PulumiProject) -> tuple[subprocess.CompletedProcess, int]:
+    """`pulumi preview` of the canary stack, and how many `pip list` ran under it (polled every
+    10 ms; the host's takes 0.3 s or more here)."""
+    p = subprocess.Popen(["pulumi", "preview", "--stack", "canary", "--non-interactive"], cwd=proj.dir,
+                         env={**proj.env, "PULUMI_SKIP_CHECKPOINTS": "true"},
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pips: set[int] = set()
+    deadline = time.monotonic() + 300
+    while p.poll() is None and time.monotonic() < deadline:
+        pips |= {pid for pid, cmd in descendants(p.pid).items() if " -m pip list" in cmd}
+        time.sleep(0.01)
+    out, _ = p.communicate(timeout=30)
+    return subprocess.CompletedProcess(p.args, p.returncode, out, ""), len(pips)
+
+
+def test_pip_list_runs_once_per_project_and_virtualenv_state(tmp_path):
+    proj = PulumiProject.copy_of_repo(tmp_path)
+    proj.init_stack("canary")
+    first, pips = preview_watching_pip(proj)
+    assert first.returncode == 0, first.stdout[-3000:]
+    assert pips == 1, f"the first preview of a new project ran pip list {pips} times"
+    second, pips = preview_watching_pip(proj)
+    assert second.returncode == 0, second.stdout[-3000:]
+    assert pips == 0, "the second preview asked pip again although nothing was installed"
+    # the same plan either way (the engine's order varies)
+    plan = sorted(line for line in first.stdout.splitlines() if line.lstrip().startswith("+ "))
+    assert plan and plan == sorted(line for line in second.stdout.splitlines() if line.lstrip().startswith("+ "))
+    # what moves the interpreter's path (here PYTHONPATH) is part of the key: pip is asked again
+    proj.env["PYTHONPATH"] = str(tmp_path / "elsewhere")
+    third, pips = preview_watching_pip(proj)
+    assert third.returncode == 0, third.stdout[-3000:]
+    assert pips == 1, f"a preview with another PYTHONPATH ran pip list {pips} times"

@@ -1,0 +1,188 @@
+package main
+
+// The host answers GetRequiredPlugins by running `python -m pip list -v --format json` in the
+// program's virtualenv, for every preview, up, refresh and destroy: 0.4-0.6 CPU-s on this
+// project's machine, serial before the program starts, the largest fixed cost of a small
+// preview. Its answer depends on the request and on what is installed in the virtualenv, so
+// the adapter keeps the host's answer in the virtualenv, under a key made of both, and gives
+// it back while neither has changed. Any doubt (no virtualenv, system site-packages on the
+// path, a cache that cannot be read or written) means the host is asked, as before.
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+)
+
+const (
+	requiredPluginsMethod = "/pulumirpc.LanguageRuntime/GetRequiredPlugins"
+	pluginCacheDir        = ".pulumi-required-plugins" // inside the virtualenv: it goes with it
+	pluginCacheKeep       = 64                         // answers kept; the least recently used go
+)
+
+type pluginCache struct {
+	venv string // absolute
+}
+
+// key names the host's answer to req: the request itself (it carries the program's directory,
+// where pip runs and which `python -m` puts first on sys.path), the interpreter's environment
+// variables that move sys.path, the virtualenv's configuration, and every entry of its
+// site-packages (name, size, time, and a package's pulumi-plugin.json, which the host reads).
+// ok is false where the answer may depend on more than that.
+func (c pluginCache) key(req []byte) (string, bool) {
+	h := sha256.New()
+	field := func(parts ...string) {
+		for _, s := range parts {
+			fmt.Fprintf(h, "%d:%s", len(s), s)
+		}
+	}
+	field(requiredPluginsMethod, string(req))
+	for _, name := range []string{"PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE"} {
+		v, set := os.LookupEnv(name)
+		field(name, fmt.Sprint(set), v)
+	}
+	cfg, err := os.ReadFile(filepath.Join(c.venv, "pyvenv.cfg"))
+	if err != nil || systemSitePackages(cfg) {
+		return "", false
+	}
+	field("pyvenv.cfg", string(cfg))
+	python, err := filepath.EvalSymlinks(filepath.Join(c.venv, "bin", "python"))
+	if err != nil {
+		return "", false
+	}
+	field("python", python)
+	dirs, _ := filepath.Glob(filepath.Join(c.venv, "lib*", "python*", "site-packages"))
+	seen := map[string]bool{}
+	for _, dir := range dirs {
+		real, err := filepath.EvalSymlinks(dir)
+		if err != nil {
+			return "", false
+		}
+		if seen[real] { // lib64 -> lib
+			continue
+		}
+		seen[real] = true
+		entries, err := os.ReadDir(real)
+		if err != nil {
+			return "", false
+		}
+		field("site-packages", real)
+		for _, e := range entries {
+			info, err := e.Info()
+			if err != nil {
+				return "", false // removed while listed: pip is installing or removing
+			}
+			field(e.Name(), info.Mode().String(), fmt.Sprint(info.Size(), info.ModTime().UnixNano()))
+			if e.IsDir() {
+				if pj, err := os.Stat(filepath.Join(real, e.Name(), "pulumi-plugin.json")); err == nil {
+					field("pulumi-plugin.json", fmt.Sprint(pj.Size(), pj.ModTime().UnixNano()))
+				}
+			}
+		}
+	}
+	if len(seen) == 0 {
+		return "", false
+	}
+	return hex.EncodeToString(h.Sum(nil)), true
+}
+
+// systemSitePackages: a virtualenv that sees the system's packages depends on more than itself.
+func systemSitePackages(cfg []byte) bool {
+	for _, line := range strings.Split(string(cfg), "\n") {
+		k, v, ok := strings.Cut(line, "=")
+		if ok && strings.TrimSpace(k) == "include-system-site-packages" {
+			return !strings.EqualFold(strings.TrimSpace(v), "false")
+		}
+	}
+	return false
+}
+
+func (c pluginCache) path(key string) string {
+	return filepath.Join(c.venv, pluginCacheDir, key)
+}
+
+// load returns the answer kept under key, if it is one.
+func (c pluginCache) load(key string) (frame, bool) {
+	b, err := os.ReadFile(c.path(key))
+	if err != nil || proto.Unmarshal(b, &pulumirpc.GetRequiredPluginsResponse{}) != nil {
+		return nil, false
+	}
+	now := time.Now()
+	_ = os.Chtimes(c.path(key), now, now) // recently used
+	return frame(b), true
+}
+
+// store keeps the host's answer (written whole, then renamed: concurrent runs share the
+// virtualenv) and drops the least recently used beyond pluginCacheKeep. Best effort.
+func (c pluginCache) store(key string, answer frame) {
+	dir := filepath.Join(c.venv, pluginCacheDir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return
+	}
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return
+	}
+	_, werr := io.Copy(tmp, bytes.NewReader(answer))
+	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), c.path(key)) != nil {
+		_ = os.Remove(tmp.Name())
+		return
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil || len(entries) <= pluginCacheKeep {
+		return
+	}
+	type kept struct {
+		name string
+		used int64
+	}
+	var all []kept
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil && !strings.HasPrefix(e.Name(), ".tmp-") {
+			all = append(all, kept{e.Name(), info.ModTime().UnixNano()})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].used > all[j].used })
+	for _, k := range all[min(len(all), pluginCacheKeep):] {
+		_ = os.Remove(filepath.Join(dir, k.name))
+	}
+}
+
+// requiredPlugins answers GetRequiredPlugins from the cache, or asks the host and keeps a
+// successful answer.
+func (p *proxy) requiredPlugins(ss grpc.ServerStream) error {
+	var req frame
+	if err := ss.RecvMsg(&req); err != nil {
+		return err
+	}
+	key, cacheable := p.plugins.key(req)
+	if cacheable {
+		if answer, ok := p.plugins.load(key); ok {
+			return ss.SendMsg(&answer)
+		}
+	}
+	ctx := ss.Context()
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		ctx = metadata.NewOutgoingContext(ctx, md.Copy())
+	}
+	var answer frame
+	if err := p.host.Invoke(ctx, requiredPluginsMethod, &req, &answer); err != nil {
+		return err // the host's status, as is
+	}
+	if cacheable {
+		p.plugins.store(key, answer)
+	}
+	return ss.SendMsg(&answer)
+}
