@@ -1,9 +1,9 @@
 """tools/pulumi-language-python-adapter keeps the host's answer to GetRequiredPlugins.
 
 The v3.68 host answers it with `python -m pip list -v` in the program's virtualenv on every
-preview, up, refresh and destroy. The adapter keeps that answer under a key made of the request
-and the virtualenv's contents (its Go tests: plugincache_test.go, run here), so the real CLI runs
-`pip list` once per project and virtualenv state, not once per command.
+preview, up, refresh and destroy. The adapter keeps that answer under a key made of what pip
+would read (the virtualenv's contents, PYTHONPATH; its Go tests: plugincache_test.go, run here),
+so the real CLI runs `pip list` once per state of the virtualenv, not once per command.
 """
 
 from __future__ import annotations
@@ -71,20 +71,33 @@ def preview_watching_pip(proj: PulumiProject) -> tuple[subprocess.CompletedProce
     return subprocess.CompletedProcess(p.args, p.returncode, out, ""), len(pips)
 
 
-def test_pip_list_runs_once_per_project_and_virtualenv_state(tmp_path):
-    proj = PulumiProject.copy_of_repo(tmp_path)
-    proj.init_stack("canary")
-    first, pips = preview_watching_pip(proj)
+def test_pip_list_runs_once_per_virtualenv_state_whatever_the_project(tmp_path):
+    # a PYTHONPATH of this test's own (an empty directory) makes a state no run has seen yet
+    (tmp_path / "path-a").mkdir()
+    (tmp_path / "path-b").mkdir()
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first_project = PulumiProject.copy_of_repo(tmp_path / "a")
+    first_project.env["PYTHONPATH"] = str(tmp_path / "path-a")
+    first_project.init_stack("canary")
+    first, pips = preview_watching_pip(first_project)
     assert first.returncode == 0, first.stdout[-3000:]
-    assert pips == 1, f"the first preview of a new project ran pip list {pips} times"
-    second, pips = preview_watching_pip(proj)
+    assert pips == 1, f"the first preview ran pip list {pips} times"
+    second, pips = preview_watching_pip(first_project)
     assert second.returncode == 0, second.stdout[-3000:]
     assert pips == 0, "the second preview asked pip again although nothing was installed"
     # the same plan either way (the engine's order varies)
     plan = sorted(line for line in first.stdout.splitlines() if line.lstrip().startswith("+ "))
     assert plan and plan == sorted(line for line in second.stdout.splitlines() if line.lstrip().startswith("+ "))
-    # what moves the interpreter's path (here PYTHONPATH) is part of the key: pip is asked again
-    proj.env["PYTHONPATH"] = str(tmp_path / "elsewhere")
-    third, pips = preview_watching_pip(proj)
+    # another project on the same virtualenv shares the answer
+    other = PulumiProject.copy_of_repo(tmp_path / "b")
+    other.env["PYTHONPATH"] = str(tmp_path / "path-a")
+    other.init_stack("canary")
+    third, pips = preview_watching_pip(other)
     assert third.returncode == 0, third.stdout[-3000:]
+    assert pips == 0, "another project on the same virtualenv asked pip again"
+    # what moves the interpreter's path is part of the key: pip is asked again
+    other.env["PYTHONPATH"] = str(tmp_path / "path-b")
+    fourth, pips = preview_watching_pip(other)
+    assert fourth.returncode == 0, fourth.stdout[-3000:]
     assert pips == 1, f"a preview with another PYTHONPATH ran pip list {pips} times"

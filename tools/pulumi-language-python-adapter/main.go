@@ -374,7 +374,9 @@ func run() error {
 		if p.virtualenv, err = filepath.Abs(o.virtualenv); err != nil {
 			return err
 		}
-		p.plugins = &pluginCache{venv: p.virtualenv}
+		if cwd, err := os.Getwd(); err == nil {
+			p.plugins = &pluginCache{venv: p.virtualenv, cwd: cwd}
+		}
 	}
 	// Interrupts (the CLI signals the whole process group) are handled below, after start-up.
 	sigs := make(chan os.Signal, 1)

@@ -34,21 +34,23 @@ const (
 
 type pluginCache struct {
 	venv string // absolute
+	cwd  string // where the host runs pip: the adapter's own directory, which it inherits
 }
 
-// key names the host's answer to req: the request itself (it carries the program's directory,
-// where pip runs and which `python -m` puts first on sys.path), the interpreter's environment
-// variables that move sys.path, the virtualenv's configuration, and every entry of its
-// site-packages (name, size, time, and a package's pulumi-plugin.json, which the host reads).
-// ok is false where the answer may depend on more than that.
-func (c pluginCache) key(req []byte) (string, bool) {
+// key names the host's answer: the interpreter's environment variables that move sys.path,
+// the virtualenv's configuration, every entry of its site-packages (name, size, time, and a
+// package's pulumi-plugin.json, which the host reads), and the distributions in the directory
+// the host runs pip in, which `python -m` puts first on sys.path. The request is not part of
+// it: the v3.68 host answers from those alone, so every project on one virtualenv shares the
+// answer. ok is false where the answer may depend on more than that.
+func (c pluginCache) key() (string, bool) {
 	h := sha256.New()
 	field := func(parts ...string) {
 		for _, s := range parts {
 			fmt.Fprintf(h, "%d:%s", len(s), s)
 		}
 	}
-	field(requiredPluginsMethod, string(req))
+	field(requiredPluginsMethod)
 	for _, name := range []string{"PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE"} {
 		v, set := os.LookupEnv(name)
 		field(name, fmt.Sprint(set), v)
@@ -85,6 +87,13 @@ func (c pluginCache) key(req []byte) (string, bool) {
 				return "", false // removed while listed: pip is installing or removing
 			}
 			field(e.Name(), info.Mode().String(), fmt.Sprint(info.Size(), info.ModTime().UnixNano()))
+			if strings.HasSuffix(e.Name(), ".pth") { // the directories it adds are scanned too
+				added, err := pthDistributions(filepath.Join(real, e.Name()))
+				if err != nil {
+					return "", false
+				}
+				field(added...)
+			}
 			if e.IsDir() {
 				if pj, err := os.Stat(filepath.Join(real, e.Name(), "pulumi-plugin.json")); err == nil {
 					field("pulumi-plugin.json", fmt.Sprint(pj.Size(), pj.ModTime().UnixNano()))
@@ -95,7 +104,62 @@ func (c pluginCache) key(req []byte) (string, bool) {
 	if len(seen) == 0 {
 		return "", false
 	}
+	// a distribution in the directory pip runs in: its package's pulumi-plugin.json is read
+	// from there too; let the host answer
+	if own, err := distributions(c.cwd); err != nil || len(own) > 0 {
+		return "", false
+	}
 	return hex.EncodeToString(h.Sum(nil)), true
+}
+
+// distributions lists what pip would find in dir as installed distributions (name, size, time).
+func distributions(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var found []string
+	for _, e := range entries {
+		switch filepath.Ext(e.Name()) {
+		case ".dist-info", ".egg-info", ".egg", ".egg-link":
+			info, err := e.Info()
+			if err != nil {
+				return nil, err
+			}
+			found = append(found, e.Name(), fmt.Sprint(info.Size(), info.ModTime().UnixNano()))
+		}
+	}
+	return found, nil
+}
+
+// pthDistributions: the distributions in the directories a .pth file puts on sys.path (its
+// lines that are not comments or imports; a directory that does not exist adds nothing).
+func pthDistributions(pth string) ([]string, error) {
+	text, err := os.ReadFile(pth)
+	if err != nil {
+		return nil, err
+	}
+	var found []string
+	for _, line := range strings.Split(string(text), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") || strings.HasPrefix(line, "import ") ||
+			strings.HasPrefix(line, "import\t") {
+			continue
+		}
+		dir := line
+		if !filepath.IsAbs(dir) {
+			dir = filepath.Join(filepath.Dir(pth), dir)
+		}
+		d, err := distributions(dir)
+		if os.IsNotExist(err) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		found = append(append(found, dir), d...)
+	}
+	return found, nil
 }
 
 // systemSitePackages: a virtualenv that sees the system's packages depends on more than itself.
@@ -167,7 +231,7 @@ func (p *proxy) requiredPlugins(ss grpc.ServerStream) error {
 	if err := ss.RecvMsg(&req); err != nil {
 		return err
 	}
-	key, cacheable := p.plugins.key(req)
+	key, cacheable := p.plugins.key()
 	if cacheable {
 		if answer, ok := p.plugins.load(key); ok {
 			return ss.SendMsg(&answer)

@@ -40,30 +40,31 @@ func write(t *testing.T, path, text string) {
 	}
 }
 
-func mustKey(t *testing.T, c pluginCache, req string) string {
+func mustKey(t *testing.T, c pluginCache) string {
 	t.Helper()
-	k, ok := c.key([]byte(req))
+	k, ok := c.key()
 	if !ok {
-		t.Fatalf("key(%q): not cacheable", req)
+		t.Fatalf("%+v: not cacheable", c)
 	}
 	return k
 }
 
-func TestKeyIsStableAndNamesTheRequest(t *testing.T) {
+func TestKeyIsStableAndSharedByProjects(t *testing.T) {
 	root, _ := venv(t)
-	c := pluginCache{venv: root}
-	a := mustKey(t, c, "program in /p")
-	if b := mustKey(t, c, "program in /p"); a != b {
-		t.Fatalf("same virtualenv and request, keys %s and %s", a, b)
+	c := pluginCache{venv: root, cwd: t.TempDir()}
+	a := mustKey(t, c)
+	if b := mustKey(t, c); a != b {
+		t.Fatalf("same virtualenv, keys %s and %s", a, b)
 	}
-	if b := mustKey(t, c, "program in /q"); a == b {
-		t.Fatal("another program's request has the same key")
+	if b := mustKey(t, pluginCache{venv: root, cwd: t.TempDir()}); a != b {
+		t.Fatal("another project on the same virtualenv has another key")
 	}
 }
 
 func TestKeyChangesWithWhatPipWouldList(t *testing.T) {
 	root, site := venv(t)
-	c := pluginCache{venv: root}
+	c := pluginCache{venv: root, cwd: t.TempDir()}
+	src := t.TempDir()
 	changes := []struct {
 		name string
 		do   func()
@@ -76,7 +77,12 @@ func TestKeyChangesWithWhatPipWouldList(t *testing.T) {
 		{"a package's pulumi-plugin.json edited in place", func() {
 			write(t, filepath.Join(site, "pulumi", "pulumi-plugin.json"), `{"resource": true, "name": "x"}`)
 		}},
-		{"a .pth file edited", func() { write(t, filepath.Join(site, "extra.pth"), "/src\n") }},
+		{"a .pth file written", func() { write(t, filepath.Join(site, "extra.pth"), "import os\n"+src+"\n") }},
+		{"a distribution in a directory a .pth adds", func() {
+			if err := os.Mkdir(filepath.Join(src, "pulumi_gcp-7.0.0.dist-info"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}},
 		{"an entry's time changed", func() {
 			at := time.Now().Add(time.Hour)
 			if err := os.Chtimes(filepath.Join(site, "pulumi-3.0.0.dist-info"), at, at); err != nil {
@@ -88,10 +94,10 @@ func TestKeyChangesWithWhatPipWouldList(t *testing.T) {
 		}},
 		{"PYTHONPATH set", func() { t.Setenv("PYTHONPATH", "/elsewhere") }},
 	}
-	before := mustKey(t, c, "req")
+	before := mustKey(t, c)
 	for _, ch := range changes {
 		ch.do()
-		after := mustKey(t, c, "req")
+		after := mustKey(t, c)
 		if after == before {
 			t.Errorf("%s: the key did not change", ch.name)
 		}
@@ -101,18 +107,29 @@ func TestKeyChangesWithWhatPipWouldList(t *testing.T) {
 
 func TestNotCacheableWhereTheVirtualenvIsNotAll(t *testing.T) {
 	root, _ := venv(t)
-	c := pluginCache{venv: root}
+	cwd := t.TempDir()
+	c := pluginCache{venv: root, cwd: cwd}
+	if err := os.Mkdir(filepath.Join(cwd, "mine-0.1.dist-info"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.key(); ok {
+		t.Error("a project holding a distribution (first on python -m's path) is cacheable")
+	}
+	if err := os.Remove(filepath.Join(cwd, "mine-0.1.dist-info")); err != nil {
+		t.Fatal(err)
+	}
+	mustKey(t, c)
 	write(t, filepath.Join(root, "pyvenv.cfg"), "home = /usr/bin\ninclude-system-site-packages = true\n")
-	if _, ok := c.key([]byte("req")); ok {
+	if _, ok := c.key(); ok {
 		t.Error("a virtualenv with the system's site-packages is cacheable")
 	}
 	if err := os.Remove(filepath.Join(root, "pyvenv.cfg")); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := c.key([]byte("req")); ok {
+	if _, ok := c.key(); ok {
 		t.Error("a directory without pyvenv.cfg is cacheable")
 	}
-	if _, ok := (pluginCache{venv: filepath.Join(root, "absent")}).key([]byte("req")); ok {
+	if _, ok := (pluginCache{venv: filepath.Join(root, "absent"), cwd: cwd}).key(); ok {
 		t.Error("a missing virtualenv is cacheable")
 	}
 }
@@ -132,8 +149,8 @@ func answer(t *testing.T, plugins ...string) frame {
 
 func TestStoreThenLoadGivesTheHostsAnswerBack(t *testing.T) {
 	root, _ := venv(t)
-	c := pluginCache{venv: root}
-	key := mustKey(t, c, "req")
+	c := pluginCache{venv: root, cwd: t.TempDir()}
+	key := mustKey(t, c)
 	if _, ok := c.load(key); ok {
 		t.Fatal("an answer before any was stored")
 	}
@@ -147,7 +164,7 @@ func TestStoreThenLoadGivesTheHostsAnswerBack(t *testing.T) {
 		t.Fatalf("loaded %v (%v)", r, err)
 	}
 	// the cache lives in the virtualenv, outside site-packages: storing does not change the key
-	if again := mustKey(t, c, "req"); again != key {
+	if again := mustKey(t, c); again != key {
 		t.Fatal("storing an answer changed the key")
 	}
 	write(t, c.path(key), "\xff\xff not a message")
