@@ -75,17 +75,39 @@ fi
 PY="${PYTHON:-python3}"
 command -v "$PY" >/dev/null || die "python3 not found (need Python >= 3.11)"
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "Python >= 3.11 required"
-if [ ! -x .venv/bin/python ]; then
-  log "creating .venv"
-  "$PY" -m venv .venv
-fi
 REQ_HASH="$(sha256sum requirements.txt | cut -c1-16)"
-if [ "$(cat .venv/.requirements-hash 2>/dev/null)" != "$REQ_HASH" ]; then
-  log "installing pinned requirements into .venv"
-  .venv/bin/pip install --disable-pip-version-check -q -r requirements.txt
-  echo "$REQ_HASH" > .venv/.requirements-hash
+if [ -d .venv ] && [ ! -L .venv ]; then
+  # a checkout's own .venv (made before the machine-wide one): kept, and updated in place
+  if [ "$(cat .venv/.requirements-hash 2>/dev/null)" != "$REQ_HASH" ]; then
+    log "installing pinned requirements into .venv"
+    .venv/bin/pip install --disable-pip-version-check -q -r requirements.txt
+    echo "$REQ_HASH" > .venv/.requirements-hash
+  else
+    log ".venv up to date"
+  fi
 else
-  log ".venv up to date"
+  # Built once per machine for one interpreter and one requirements.txt, in the cache, and
+  # linked: a clean checkout (CI's) would otherwise install the same wheels again (30 s).
+  # A virtualenv is not relocatable (its scripts name its path), so it is built in place;
+  # the .ok marker is written last, and a half-built one is built again.
+  VENV_KEY="$( { "$PY" -c 'import sys; print(sys.executable); print(sys.version)'; cat requirements.txt; } \
+    | sha256sum | cut -c1-16)"
+  VENV="$CACHE/venv/$VENV_KEY"
+  mkdir -p "$CACHE/venv"
+  (
+    flock 9
+    if [ ! -f "$VENV/.ok" ]; then
+      log "building the virtualenv (first time on this machine for this requirements.txt): $VENV"
+      rm -rf "$VENV"
+      "$PY" -m venv "$VENV"
+      "$VENV/bin/pip" install --disable-pip-version-check -q -r requirements.txt
+      echo "$REQ_HASH" > "$VENV/.requirements-hash"
+      touch "$VENV/.ok"
+    else
+      log "virtualenv cached at $VENV"
+    fi
+  ) 9>"$CACHE/venv/$VENV_KEY.lock"
+  ln -sfn "$VENV" .venv
 fi
 
 # --- 1b. system packages for the lab (python -m lab) and the tests -------------

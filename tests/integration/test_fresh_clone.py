@@ -118,3 +118,31 @@ def test_make_preview_works_on_a_fresh_clone(clone, env, stack):
         assert shown[key]["secret"] and len(value) >= 32, key  # generated; the generated passphrase reads it
         for where, out in (("the stack file", text), ("the preview's output", output)):
             assert value not in out, f"{key} in plain text in {where}"
+
+
+def test_setup_links_one_virtualenv_per_machine_that_git_ignores(tmp_path, env):
+    """`scripts/setup.sh` in a clone without .venv links the machine's virtualenv for this
+    requirements.txt (built once, in the tool cache) instead of installing the wheels again; a
+    second clone links the same one; git does not list the link."""
+    env = {**env, **{k: v for k, v in os.environ.items() if k == "GPU_FLEET_TOOL_CACHE"}}
+    targets = []
+    for name in ("one", "two"):
+        clone = fresh_clone(tmp_path / name / "gpu-fleet")
+        for built in (".venv", ".tools"):
+            (clone / built).unlink()
+        p = subprocess.run(["scripts/setup.sh"], cwd=clone, env=env, capture_output=True, text=True, timeout=900,
+                           stdin=subprocess.DEVNULL)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        venv = clone / ".venv"
+        assert venv.is_symlink(), "setup made a .venv of the clone's own"
+        targets.append(venv.resolve())
+        assert (targets[-1] / ".ok").is_file() and targets[-1].parent.name == "venv", targets[-1]
+        imported = subprocess.run([str(venv / "bin" / "python"), "-c", "import pulumi, pydantic, components.fleet"],
+                                  cwd=clone, capture_output=True, text=True, timeout=120)
+        assert imported.returncode == 0, imported.stderr[-2000:]
+    assert targets[0] == targets[1]
+    assert f"virtualenv cached at {targets[1]}" in p.stdout + p.stderr and "building the virtualenv" not in p.stdout + p.stderr
+    subprocess.run(["git", "init", "-q"], cwd=clone, check=True, timeout=60)
+    untracked = subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True,
+                               check=True, timeout=60).stdout.splitlines()
+    assert "?? .venv" not in untracked and "?? .tools/" not in untracked, untracked
