@@ -423,6 +423,10 @@ def test_package_sets_on_one_host_never_apply_at_once(monkeypatch):
     active: dict[str, int] = {}
     overlaps: list[str] = []
     guard = threading.Lock()
+    # hosts a and b still apply in parallel: each one's first apply waits for the other's to
+    # start (a lock over every host would make the first wait out its 5 s), not a wall-time bound
+    started = {"a": threading.Event(), "b": threading.Event()}
+    alone: list[str] = []
 
     def slow_apply(self, props, record):
         host = props["conn"]["name"]
@@ -430,6 +434,9 @@ def test_package_sets_on_one_host_never_apply_at_once(monkeypatch):
             active[host] = active.get(host, 0) + 1
             if active[host] > 1:
                 overlaps.append(host)
+        started[host].set()
+        if not started["b" if host == "a" else "a"].wait(5):
+            alone.append(host)
         time.sleep(0.05)
         with guard:
             active[host] -= 1
@@ -440,13 +447,11 @@ def test_package_sets_on_one_host_never_apply_at_once(monkeypatch):
     p = packages.PackageSetProvider()
     props = [{"conn": {"name": h, "address": "10.0.0.1"}, "packages": {}} for h in ("a", "a", "a", "b", "b")]
     threads = [threading.Thread(target=p.apply, args=(pr, {})) for pr in props]
-    t0 = time.monotonic()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert overlaps == []
-    assert time.monotonic() - t0 < 0.05 * 5  # hosts a and b still in parallel
+    assert overlaps == [] and alone == []
 
 
 def test_the_file_probe_script_read_as_the_provider_reads_it(tmp_path):
