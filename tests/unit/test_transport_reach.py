@@ -33,26 +33,37 @@ def fresh_run():
 
 
 class SilentPort:
-    """Accepts TCP connections and never sends an SSH banner; counts the connections."""
+    """Accepts TCP connections and never sends an SSH banner; counts the connections.
+
+    `close()` counts every connection the kernel took before it: the accepting thread stops
+    only on finding the queue empty, however late a loaded machine lets it run (closing the
+    socket under it dropped a queued connection from the count once)."""
 
     def __init__(self):
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.sock.listen(64)
+        self.sock.settimeout(0.05)
         self.port = self.sock.getsockname()[1]
         self.accepted, self._held = 0, []
-        threading.Thread(target=self._serve, daemon=True).start()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
 
     def _serve(self):
         while True:
             try:
                 c, _ = self.sock.accept()
-            except OSError:
-                return
+            except TimeoutError:
+                if self._stop.is_set():
+                    return
+                continue
             self.accepted += 1
             self._held.append(c)
 
     def close(self):
+        self._stop.set()
+        self._thread.join()
         self.sock.close()
         for c in self._held:
             c.close()
