@@ -75,9 +75,9 @@ fi
 PY="${PYTHON:-python3}"
 command -v "$PY" >/dev/null || die "python3 not found (need Python >= 3.11)"
 "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "Python >= 3.11 required"
-REQ_HASH="$(sha256sum requirements.txt | cut -c1-16)"
 if [ -d .venv ] && [ ! -L .venv ]; then
   # a checkout's own .venv (made before the machine-wide one): kept, and updated in place
+  REQ_HASH="$(sha256sum requirements.txt | cut -c1-16)"
   if [ "$(cat .venv/.requirements-hash 2>/dev/null)" != "$REQ_HASH" ]; then
     log "installing pinned requirements into .venv"
     .venv/bin/pip install --disable-pip-version-check -q -r requirements.txt
@@ -101,7 +101,6 @@ else
       rm -rf "$VENV"
       "$PY" -m venv "$VENV"
       "$VENV/bin/pip" install --disable-pip-version-check -q -r requirements.txt
-      echo "$REQ_HASH" > "$VENV/.requirements-hash"
       touch "$VENV/.ok"
     else
       log "virtualenv cached at $VENV"

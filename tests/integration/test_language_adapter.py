@@ -15,6 +15,7 @@ import time
 
 import pytest
 
+from components.transport import lifeline
 from tests.pulumi_cli import ROOT, PulumiProject
 
 ADAPTER = ROOT / "tools" / "pulumi-language-python-adapter"
@@ -31,24 +32,8 @@ def test_the_adapters_go_tests_pass():
 
 def descendants(root: int) -> dict[int, str]:
     """pid -> command line of every process under root."""
-    parents: dict[int, int] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                stat = open(f"/proc/{d}/stat").read()
-            except OSError:
-                continue
-            parents[int(d)] = int(stat[stat.rfind(")") + 2:].split()[1])
-    under = {root}
-    grew = True
-    while grew:
-        grew = False
-        for pid, ppid in parents.items():
-            if ppid in under and pid not in under:
-                under.add(pid)
-                grew = True
     out = {}
-    for pid in under - {root}:
+    for pid, _ in lifeline._descendants(root):
         try:
             out[pid] = open(f"/proc/{pid}/cmdline").read().replace("\0", " ")
         except OSError:

@@ -37,7 +37,7 @@ class SilentPort:
 
     `close()` counts every connection the kernel took before it: the accepting thread stops
     only on finding the queue empty, however late a loaded machine lets it run (closing the
-    socket under it dropped a queued connection from the count once)."""
+    socket under it could drop a queued connection from the count)."""
 
     def __init__(self):
         self.sock = socket.socket()

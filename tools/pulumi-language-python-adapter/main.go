@@ -191,11 +191,8 @@ func (p *proxy) handle(_ any, ss grpc.ServerStream) error {
 
 // forward relays one call of any shape (unary or streaming) to the host, unchanged.
 func (p *proxy) forward(method string, ss grpc.ServerStream) error {
-	ctx, cancel := context.WithCancel(ss.Context())
+	ctx, cancel := context.WithCancel(outgoing(ss.Context()))
 	defer cancel()
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		ctx = metadata.NewOutgoingContext(ctx, md.Copy())
-	}
 	cs, err := p.host.NewStream(ctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, method)
 	if err != nil {
 		return err
@@ -234,6 +231,14 @@ func (p *proxy) forward(method string, ss grpc.ServerStream) error {
 			return err
 		}
 	}
+}
+
+// outgoing carries the CLI's call metadata on to the host.
+func outgoing(ctx context.Context) context.Context {
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		return metadata.NewOutgoingContext(ctx, md.Copy())
+	}
+	return ctx
 }
 
 // runPlugin runs a Python policy pack (kind "analyzer") with `python -m pulumi.policy`.

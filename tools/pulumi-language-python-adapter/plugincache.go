@@ -3,17 +3,15 @@ package main
 // The host answers GetRequiredPlugins by running `python -m pip list -v --format json` in the
 // program's virtualenv, for every preview, up, refresh and destroy: 0.4-0.6 CPU-s on this
 // project's machine, serial before the program starts, the largest fixed cost of a small
-// preview. Its answer depends on the request and on what is installed in the virtualenv, so
-// the adapter keeps the host's answer in the virtualenv, under a key made of both, and gives
-// it back while neither has changed. Any doubt (no virtualenv, system site-packages on the
-// path, a cache that cannot be read or written) means the host is asked, as before.
+// preview. Its answer depends only on what pip reads (see key), so the adapter keeps the
+// host's answer in the virtualenv under a key made of that, and gives it back while it has not
+// changed. Any doubt (no virtualenv, system site-packages on the path, a distribution in the
+// project, a cache that cannot be read or written) means the host is asked, as before.
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -22,7 +20,6 @@ import (
 
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -39,11 +36,15 @@ type pluginCache struct {
 
 // key names the host's answer: the interpreter's environment variables that move sys.path,
 // the virtualenv's configuration, every entry of its site-packages (name, size, time, and a
-// package's pulumi-plugin.json, which the host reads), and the distributions in the directory
-// the host runs pip in, which `python -m` puts first on sys.path. The request is not part of
-// it: the v3.68 host answers from those alone, so every project on one virtualenv shares the
-// answer. ok is false where the answer may depend on more than that.
+// package's pulumi-plugin.json, which the host reads) and the distributions in the directories
+// its .pth files add. The request is not part of it: the v3.68 host answers from those alone,
+// so every project on one virtualenv shares the answer. ok is false where the answer may
+// depend on more: the system's site-packages, or a distribution in the directory the host runs
+// pip in (first on `python -m`'s sys.path).
 func (c pluginCache) key() (string, bool) {
+	if own, err := distributions(c.cwd); err != nil || len(own) > 0 {
+		return "", false
+	}
 	h := sha256.New()
 	field := func(parts ...string) {
 		for _, s := range parts {
@@ -102,11 +103,6 @@ func (c pluginCache) key() (string, bool) {
 		}
 	}
 	if len(seen) == 0 {
-		return "", false
-	}
-	// a distribution in the directory pip runs in: its package's pulumi-plugin.json is read
-	// from there too; let the host answer
-	if own, err := distributions(c.cwd); err != nil || len(own) > 0 {
 		return "", false
 	}
 	return hex.EncodeToString(h.Sum(nil)), true
@@ -199,7 +195,7 @@ func (c pluginCache) store(key string, answer frame) {
 	if err != nil {
 		return
 	}
-	_, werr := io.Copy(tmp, bytes.NewReader(answer))
+	_, werr := tmp.Write(answer)
 	if cerr := tmp.Close(); werr != nil || cerr != nil || os.Rename(tmp.Name(), c.path(key)) != nil {
 		_ = os.Remove(tmp.Name())
 		return
@@ -237,12 +233,8 @@ func (p *proxy) requiredPlugins(ss grpc.ServerStream) error {
 			return ss.SendMsg(&answer)
 		}
 	}
-	ctx := ss.Context()
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		ctx = metadata.NewOutgoingContext(ctx, md.Copy())
-	}
 	var answer frame
-	if err := p.host.Invoke(ctx, requiredPluginsMethod, &req, &answer); err != nil {
+	if err := p.host.Invoke(outgoing(ss.Context()), requiredPluginsMethod, &req, &answer); err != nil {
 		return err // the host's status, as is
 	}
 	if cacheable {
