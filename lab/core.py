@@ -137,7 +137,8 @@ def _boot(hosts: list[Host], nodes: int, timeout: float, rootfs_mode: str, start
         mode = rootfs.prepare(h, base, mode)
         pubkeys[h.name] = rootfs.personalize(h, hosts, lab_pub)
     write_known_hosts(hosts, pubkeys)
-    log(f"prepared {len(hosts)} root filesystems ({mode}) in {time.monotonic() - t_prep:.1f} s; booting")
+    on = ", writable layers on tmpfs" if mode == "overlay" and rootfs.writable_on_tmpfs() else ""
+    log(f"prepared {len(hosts)} root filesystems ({mode}{on}) in {time.monotonic() - t_prep:.1f} s; booting")
 
     inv = {
         "version": INVENTORY_VERSION, "state": "booting", "nodes": nodes,

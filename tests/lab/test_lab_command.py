@@ -18,7 +18,8 @@ import pytest
 import yaml
 
 from components.config.load import parse_fleet_config
-from lab import net, nspawn
+from lab import net, nspawn, rootfs
+from lab.common import mounts_under
 from lab.hosts import CGROUP_PARENT, lab_hosts
 from lab.repo import closure_names
 from lab.stackfile import render_stack
@@ -71,6 +72,7 @@ def inventory() -> dict:
 def assert_lab_is_down() -> None:
     assert not (STATE / "inventory.json").exists()
     assert not (STATE / "hosts").exists()
+    assert not mounts_under(STATE / "hosts"), "a host's tmpfs or overlay is left mounted"
     assert not net.bridge_exists()
     assert not nspawn.lab_nspawn_pids()
     assert not any((h / CGROUP_PARENT).exists() for h in nspawn.hierarchies())
@@ -175,6 +177,24 @@ def test_each_host_has_its_own_name_address_and_host_key(lab):
         assert any(line.startswith(f"{h['name']},{h['address']} ssh-ed25519 ") for line in known)
     ids = {lab.ssh(n, "cat /etc/machine-id").stdout for n in lab.names()}
     assert len(ids) == len(lab.hosts), "machine-ids are unique"
+
+
+def test_each_hosts_writable_layer_is_a_tmpfs_of_its_own(lab):
+    """Where the machine has the memory (lab/rootfs.py): what a host writes lands in its own
+    tmpfs, not on this machine's disk."""
+    if not rootfs.writable_on_tmpfs():
+        pytest.skip("GPU_FLEET_LAB_TMPFS=0, or under 16 GiB of memory: the layers are on disk")
+    for h in lab.hosts:
+        hd = rootfs.host_dir(h["name"])
+        mount = subprocess.run(["findmnt", "-n", "-o", "FSTYPE,SOURCE", "--mountpoint", str(hd)],
+                               capture_output=True, text=True).stdout.split()
+        assert mount == ["tmpfs", f"gpu-fleet-lab-{h['name']}"], (h["name"], mount)
+        lab.ssh(h["name"], "head -c 65536 /dev/zero > /var/tmp/gf-tmpfs-probe")
+        try:
+            written = hd / "upper" / "var" / "tmp" / "gf-tmpfs-probe"
+            assert written.stat().st_size == 65536 and written.stat().st_dev == hd.stat().st_dev
+        finally:
+            lab.ssh(h["name"], "rm -f /var/tmp/gf-tmpfs-probe")
 
 
 def test_hosts_reach_each_other_by_name(lab):

@@ -1,0 +1,31 @@
+"""Where the lab's hosts keep their writable layers (lab/rootfs.py): the choice, without a lab."""
+
+from __future__ import annotations
+
+import pytest
+
+from lab import rootfs
+from lab.common import LabError
+
+
+@pytest.mark.parametrize(("env", "memory_gib", "expected"), [
+    (None, 24, True), (None, 15, False), ("auto", 16, True),
+    ("1", 2, True), ("0", 64, False),
+])
+def test_tmpfs_by_memory_unless_told(monkeypatch, env, memory_gib, expected):
+    if env is None:
+        monkeypatch.delenv("GPU_FLEET_LAB_TMPFS", raising=False)
+    else:
+        monkeypatch.setenv("GPU_FLEET_LAB_TMPFS", env)
+    monkeypatch.setattr(rootfs, "memory_kb", lambda: memory_gib * 2**20)
+    assert rootfs.writable_on_tmpfs() is expected
+
+
+def test_a_wrong_setting_is_named(monkeypatch):
+    monkeypatch.setenv("GPU_FLEET_LAB_TMPFS", "yes")
+    with pytest.raises(LabError, match="GPU_FLEET_LAB_TMPFS must be auto, 0 or 1 \\(got 'yes'\\)"):
+        rootfs.writable_on_tmpfs()
+
+
+def test_memory_is_read_from_meminfo():
+    assert rootfs.memory_kb() > 0
