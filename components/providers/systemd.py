@@ -80,6 +80,17 @@ def parse_unit_probe(stdout: str) -> Observed:
 
 
 
+#: `active` in the props of a oneshot its timer starts (a None input would not reach the provider)
+BY_TIMER = "timer"
+
+
+def wanted_active(props: Props) -> Optional[bool]:
+    """True: running; False: stopped; None: a oneshot its timer starts, whose activity is
+    neither planned nor checked (a stop, or a check that it is inactive, races the timer)."""
+    active = props.get("active", True)
+    return None if active == BY_TIMER else bool(active)
+
+
 def unreachable(obs: Observed) -> Optional[str]:
     """What an active mount unit's root answered when it is not `ok`; None otherwise."""
     reach = obs.get("reach")
@@ -120,7 +131,7 @@ class SystemdUnitProvider(HostPrimitive):
         return {
             "files": {p: sha256_text(c) for p, c in unit_paths(props).items()},
             "enabled": bool(props.get("enabled", True)),
-            "active": bool(props.get("active", True)),
+            "active": wanted_active(props),
             "live": dict(sorted((props.get("properties") or {}).items())),
         }
 
@@ -130,7 +141,8 @@ class SystemdUnitProvider(HostPrimitive):
             "files": {p: obs["files"].get(p) for p in unit_paths(props)},
             "enabled": show.get("UnitFileState") in ("enabled", "enabled-runtime"),
             # a mount whose root answers an error is not serving: not the active state wanted
-            "active": show.get("ActiveState") in RUNNING and not unreachable(obs),
+            "active": None if wanted_active(props) is None
+            else show.get("ActiveState") in RUNNING and not unreachable(obs),
             "live": {k: show.get(k) for k in sorted(props.get("properties") or {})},
         }
 
@@ -192,7 +204,7 @@ class SystemdUnitProvider(HostPrimitive):
         daemon loaded before (another key, another config) is unknown; not when the apply
         itself (re)started it: that start loaded what is there now."""
         started = outs.pop(_STARTED, False)
-        if not triggered or not props.get("active", True) or started:
+        if not triggered or not wanted_active(props) or started:
             return outs
         conn = self._conn(props)
         read = run_steps(conn, [Step(["systemctl", "restart", props["name"]], "restart for its triggers")],
@@ -238,22 +250,24 @@ class SystemdUnitProvider(HostPrimitive):
 class SystemdUnit(Resource, module="host", name="SystemdUnit"):
     """A systemd unit on one host: files, enablement, activity and live properties.
 
-    `triggers`: values (such as hashes of files the daemon reads) whose change restarts
-    the running unit."""
+    `active`: True (started, restarted on new files), False (stopped) or None (a oneshot its
+    timer starts: never started, stopped or restarted here). `triggers`: values (such as hashes
+    of files the daemon reads) whose change restarts the running unit."""
 
     live: pulumi.Output[dict]
-    active: pulumi.Output[bool]
+    active: pulumi.Output[Optional[bool]]
 
     def __init__(self, name: str, *, conn: dict, unit: str, content: Optional[str] = None,
                  dropins: Optional[dict[str, str]] = None, enabled: pulumi.Input[bool] = True,
-                 active: pulumi.Input[bool] = True,
+                 active: pulumi.Input[Optional[bool]] = True,
                  properties: Optional[dict[str, str]] = None,
                  triggers: Optional[pulumi.Input[dict]] = None,
                  opts: Optional[pulumi.ResourceOptions] = None):
         super().__init__(
             SystemdUnitProvider(), name,
             {"conn": conn, "name": unit, "content": content, "dropins": dropins or {},
-             "enabled": enabled, "active": active, "properties": properties or {},
+             "enabled": enabled, "active": BY_TIMER if active is None else active,
+             "properties": properties or {},
              "triggers": triggers or {},
              "files": None, "live": None},
             opts,

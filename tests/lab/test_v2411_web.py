@@ -206,7 +206,8 @@ def test_the_page_shows_every_node_a_running_job_and_the_partitions_in_chromium(
     # the partition badge is in the visible rows
     badges = re.findall(rf'<span[^>]*bg-gray-500[^>]*>\s*{partition}\s*</span>', html)
     assert badges, f"no node rendered in partition {partition}:\n" + html[-4000:]
-    [row] = rows_with(jobs.stdout, job) or [""]
+    # the job's own row: its link's screen-reader text (a bare id may be another job's CPU count)
+    [row] = rows_with(jobs.stdout, f"View {job}") or [""]
     assert "RUNNING" in row and re.search(rf">\s*{partition}\s*<", row), \
         f"job {job} not rendered RUNNING in {partition}:\n" + (row or jobs.stdout[-4000:])
     assert shot.stat().st_size > 10_000

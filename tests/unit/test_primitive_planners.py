@@ -11,7 +11,7 @@ from components.providers.file import FileProvider, backup_path, sha256_text
 from components.providers.packages import (
     _NO_START, POLICY_MARK, PackageSetProvider, parse_apt_simulation, parse_package_probe,
 )
-from components.providers.systemd import SystemdUnitProvider, parse_unit_probe
+from components.providers.systemd import BY_TIMER, SystemdUnitProvider, parse_unit_probe
 
 CONN = {"name": "node1", "address": "10.0.0.1"}
 
@@ -248,6 +248,22 @@ def test_unit_reload_only_when_needed():
 def test_unit_stopped_by_hand_is_started_not_reloaded():
     steps = SystemdUnitProvider().plan(UNIT, unit_obs(active="inactive"), {})
     assert [list(s.argv) for s in steps] == [["systemctl", "start", "demo.service"]]
+
+
+@pytest.mark.parametrize("active", ["inactive", "activating", "active", "failed"])
+def test_a_timer_driven_oneshot_is_never_started_stopped_or_restarted(active):
+    """SystemdUnit(active=None): whatever its timer is doing when the layer is applied, the unit
+    converges, and new files are written and loaded without a start (a stop would race the timer)."""
+    oneshot = {**UNIT, "active": BY_TIMER, "properties": {}}
+    p = SystemdUnitProvider()
+    assert p.plan(oneshot, unit_obs(active=active), {}) == []
+    assert p.state(oneshot, unit_obs(active=active)) == p.desired(oneshot)
+    steps = p.plan({**oneshot, "content": "[Service]\nType=oneshot\nExecStart=/bin/true\n"},
+                   unit_obs(active=active), {})
+    assert [s.argv[0] for s in steps] == ["sh", "systemctl"] and list(steps[1].argv) == ["systemctl", "daemon-reload"]
+    # a unit that must be stopped still is
+    assert [list(s.argv) for s in p.plan({**oneshot, "active": False}, unit_obs(active=active), {})] == \
+        ([["systemctl", "stop", "demo.service"]] if active in ("activating", "active") else [])
 
 
 def test_unit_live_property_mismatch_is_not_in_sync():

@@ -485,3 +485,19 @@ def test_the_tailnet_baseline_reads_the_whole_address_listing(stubs, tmp_path, h
     assert (p.returncode == 0) == ok, p.stderr
     assert ("does not hold 100.64.0.11" in p.stderr) == (not ok), p.stderr
     assert (tmp_path / "tn-1" / "baseline.json").exists() == ok
+
+
+# ---- web/scripts/token_start.sh ------------------------------------------------------------
+
+@pytest.mark.parametrize(("state", "starts"), [("inactive", 1), ("failed", 1), ("activating", 2)])
+def test_the_token_is_minted_by_the_unit_as_now_loaded(stubs, state, starts):
+    """A renewal the timer started before the layer loaded the new unit (another lifetime) is
+    waited out, then the unit started anew: `start` alone would only join the old run."""
+    from components.layers.web.remote import TOKEN_START, bash
+    from components.layers.web.render import TOKEN_UNIT as unit
+
+    stubs.add("systemctl", f'[ "$1" = show ] && echo {state}; exit 0')
+    p = stubs.run(bash(TOKEN_START, unit))
+    assert p.returncode == 0, p.stderr
+    assert stubs.calls("systemctl") == [f"systemctl show -p ActiveState --value {unit}"] + \
+        [f"systemctl start {unit}"] * starts

@@ -38,7 +38,7 @@ from ...providers import Account, CommandWithVerify, File, PackageSet, SystemdUn
 from .check import WebCheck
 from .config import WebLayer
 from .container import WebContainer, WebImage, WebNetwork
-from .remote import HEALTH_SH, TOKEN_PROBE, TOKEN_SH, WAIT_SH, WEB_KEY, bash
+from .remote import HEALTH_SH, TOKEN_PROBE, TOKEN_SH, TOKEN_START, WAIT_SH, WEB_KEY, bash
 from .tailnet import TailnetBaseline, TailnetExposure
 from .render import (
     AGENT, AGENT_TEMPLATE, COMPONENTS, CONTAINERS_CONF, GATEWAY, HEALTH_SCRIPT, HEALTH_TIMER, HEALTH_UNIT, INGRESS_NET,
@@ -106,7 +106,7 @@ class Web(pulumi.ComponentResource):
         wscript = File(f"{n}-web-wait-script", conn=conn, path=WAIT_SCRIPT, content=WAIT_SH, mode="0755",
                        opts=after())
         tunit = SystemdUnit(f"{n}-web-token-unit", conn=conn, unit=TOKEN_UNIT, content=render_token_unit(w),
-                            enabled=False, active=False, opts=after(tscript))
+                            enabled=False, active=None, opts=after(tscript))
         # Slurm-web's own key and configuration, then the agent's settings with the token
         dirs = [secret_dir(c) for c in COMPONENTS]
         key = CommandWithVerify(
@@ -118,7 +118,7 @@ class Web(pulumi.ComponentResource):
                       opts=after(key)) for path, text in confs.items()]
         agent_ini = f"{secret_dir(AGENT)}/{INI[AGENT]}"
         token = CommandWithVerify(
-            f"{n}-web-token", conn=conn, create=["systemctl", "start", TOKEN_UNIT],
+            f"{n}-web-token", conn=conn, create=bash(TOKEN_START, TOKEN_UNIT),
             verify=bash(TOKEN_PROBE, agent_ini, w.token_user, str(w.gid), "30", AGENT_TEMPLATE),
             delete=["rm", "-rf", secret_dir(AGENT)],
             triggers={"unit": sha256(render_token_unit(w), 16), "template": sha256(confs[AGENT_TEMPLATE], 16)},
@@ -156,7 +156,7 @@ class Web(pulumi.ComponentResource):
         hscript = File(f"{n}-web-health-script", conn=conn, path=HEALTH_SCRIPT, content=HEALTH_SH,
                        mode="0755", opts=after())
         hunit = SystemdUnit(f"{n}-web-health-unit", conn=conn, unit=HEALTH_UNIT, content=render_health_unit(),
-                            enabled=False, active=False, opts=after(hscript))
+                            enabled=False, active=None, opts=after(hscript))
         htimer = SystemdUnit(f"{n}-web-health-timer", conn=conn, unit=HEALTH_TIMER, content=render_health_timer(w),
                              opts=after(hunit, agent, gateway))
         check = WebCheck(f"{n}-web-check", conn=conn, port=w.port, cluster=inputs.cluster_name, url=w.url(),
