@@ -66,7 +66,9 @@ class PulumiProject:
         for src in sources:
             dest = proj / src.name
             if src.is_dir():
-                shutil.copytree(src, dest, ignore=shutil.ignore_patterns("__pycache__"))
+                # bytecode too (tests/conftest.py writes it): copy2 keeps the sources' times,
+                # so it stays valid in the copy
+                shutil.copytree(src, dest)
             else:
                 shutil.copy2(src, dest)
         (proj / "stacks").mkdir(exist_ok=True)
