@@ -77,6 +77,7 @@ def up(nodes: int = DEFAULT_NODES, timeout: float = 120.0, rootfs_mode: str | No
     rootfs_mode = rootfs_mode or os.environ.get("GPU_FLEET_LAB_ROOTFS", "auto")
     if rootfs_mode not in ("auto", *rootfs.MODES):
         raise LabError(f"rootfs mode must be auto, overlay or copy (got {rootfs_mode!r})")
+    rootfs.writable_on_tmpfs()  # GPU_FLEET_LAB_TMPFS checked before anything is touched
     hosts = lab_hosts(nodes)
     start = time.monotonic()
     with flock(STATE / ".lock", "lab"):

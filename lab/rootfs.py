@@ -71,11 +71,12 @@ def copy_base(base: Path, hd: Path) -> None:
 def prepare(host: Host, base: Path, mode: str) -> str:
     """Create the host's rootfs in `mode` ('auto' tries overlay first); return the mode used."""
     hd = host_dir(host.name)
+    on_tmpfs = writable_on_tmpfs()  # a wrong setting is refused here, not taken for a failed mount
     remove_tree(hd)  # unmounts a tmpfs of an earlier boot too
     hd.mkdir(parents=True)
     if mode in ("auto", "overlay"):
         try:
-            if writable_on_tmpfs():
+            if on_tmpfs:
                 run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE},mode=0755", f"gpu-fleet-lab-{host.name}",
                      str(hd)])
             mount_overlay(base, hd)

@@ -29,3 +29,15 @@ def test_a_wrong_setting_is_named(monkeypatch):
 
 def test_memory_is_read_from_meminfo():
     assert rootfs.memory_kb() > 0
+
+
+def test_a_wrong_setting_is_refused_before_any_host_is_touched(monkeypatch, tmp_path):
+    """Not taken for a failed overlay mount (which falls back to a copy of the image)."""
+    monkeypatch.setenv("GPU_FLEET_LAB_TMPFS", "on")
+    monkeypatch.setattr(rootfs, "HOSTS_DIR", tmp_path)
+    touched = []
+    monkeypatch.setattr(rootfs, "run", lambda argv, **kw: touched.append(argv))
+    from lab.hosts import Host
+    with pytest.raises(LabError, match="GPU_FLEET_LAB_TMPFS"):
+        rootfs.prepare(Host("node1", "10.0.0.1", ("node",)), tmp_path / "base", "auto")
+    assert touched == [] and not (tmp_path / "node1").exists()
