@@ -33,11 +33,8 @@ TMPFS_MIN_MEMORY_KB = 16 * 2**20
 
 
 def memory_kb() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1])
-    return 0
+    """The machine's memory (MemTotal)."""
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 def writable_on_tmpfs() -> bool:

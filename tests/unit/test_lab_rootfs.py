@@ -27,8 +27,10 @@ def test_a_wrong_setting_is_named(monkeypatch):
         rootfs.writable_on_tmpfs()
 
 
-def test_memory_is_read_from_meminfo():
-    assert rootfs.memory_kb() > 0
+def test_memory_is_the_machines_memtotal():
+    with open("/proc/meminfo") as f:
+        total = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:"))
+    assert rootfs.memory_kb() == total
 
 
 def test_a_wrong_setting_is_refused_before_any_host_is_touched(monkeypatch, tmp_path):

@@ -16,6 +16,8 @@ import pytest
 from components.layers.accounting import cluster_id, history
 from components.layers.accounting import component as accounting
 from components.layers.slurm import component as slurm_component
+from components.layers.web.remote import TOKEN_START, bash
+from components.layers.web.render import TOKEN_UNIT
 from components.kit import sh
 
 RECONFIGURE = slurm_component._RECONFIGURE
@@ -493,11 +495,8 @@ def test_the_tailnet_baseline_reads_the_whole_address_listing(stubs, tmp_path, h
 def test_the_token_is_minted_by_the_unit_as_now_loaded(stubs, state, starts):
     """A renewal the timer started before the layer loaded the new unit (another lifetime) is
     waited out, then the unit started anew: `start` alone would only join the old run."""
-    from components.layers.web.remote import TOKEN_START, bash
-    from components.layers.web.render import TOKEN_UNIT as unit
-
     stubs.add("systemctl", f'[ "$1" = show ] && echo {state}; exit 0')
-    p = stubs.run(bash(TOKEN_START, unit))
+    p = stubs.run(bash(TOKEN_START, TOKEN_UNIT))
     assert p.returncode == 0, p.stderr
-    assert stubs.calls("systemctl") == [f"systemctl show -p ActiveState --value {unit}"] + \
-        [f"systemctl start {unit}"] * starts
+    assert stubs.calls("systemctl") == [f"systemctl show -p ActiveState --value {TOKEN_UNIT}"] + \
+        [f"systemctl start {TOKEN_UNIT}"] * starts
