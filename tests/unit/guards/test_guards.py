@@ -314,8 +314,10 @@ def test_the_daemon_drains_through_scontrol_and_logs_every_event(tmp_path, fake_
     node = harness.node_config("gpu01", gpus=2)
     nv.write_text(json.dumps(node))
     calls = tmp_path / "scontrol.calls"
-    scontrol = tmp_path / "scontrol"  # TEST DOUBLE of Slurm's client: records its arguments
-    scontrol.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {calls}\n")
+    # TEST DOUBLE of Slurm's client: records its arguments, then takes a while to return, so that
+    # the SIGTERM below lands while the guard waits for the second drain
+    scontrol = tmp_path / "scontrol"
+    scontrol.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$*\" >> {calls}\nsleep 1\n")
     scontrol.chmod(0o755)
     kmsg = tmp_path / "kmsg"
     kmsg.write_text(XID13 + "\n")

@@ -41,6 +41,7 @@ import signal
 import subprocess
 import sys
 import time
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -169,6 +170,8 @@ class Guard:
     #: key -> the last failed drain's output
     failed: dict[str, str] = field(default_factory=dict)
     xids_seen: int = 0
+    #: held around each drain and its record, so that a stop cannot fall between them
+    unstoppable: Callable[[], AbstractContextManager] = nullcontext
 
     def trip(self, key: str, reason: str, **detail) -> None:
         if key in self.tripped or key in self.pending:
@@ -221,9 +224,11 @@ class Guard:
         """Drain for every reason not yet acted on; one scontrol failing (slurmctld down) is
         tried again at the next sample."""
         for key, reason in list(self.pending.items()):
-            ok, out = self.drain(reason)
-            if ok or self.failed.get(key) != out:  # a failure repeating itself is recorded once
-                self.record({"event": "drained" if ok else "drain_failed", "reason": reason, "output": out[-400:]})
+            with self.unstoppable():
+                ok, out = self.drain(reason)
+                if ok or self.failed.get(key) != out:  # a failure repeating itself is recorded once
+                    self.record({"event": "drained" if ok else "drain_failed", "reason": reason,
+                                 "output": out[-400:]})
             if ok:
                 self.failed.pop(key, None)
                 self.tripped[key] = self.pending.pop(key)
@@ -499,13 +504,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         text = f.read()
     cfg = json.loads(text)
     record = EventLog(cfg["event_log"])
-    guard = Guard(cfg, scontrol_drain(cfg["node"], cfg.get("scontrol", "scontrol")), record)
+    stop = StopSignal()
+    guard = Guard(cfg, scontrol_drain(cfg["node"], cfg.get("scontrol", "scontrol")), record,
+                  unstoppable=stop.held)
     memory = MemoryGuard(cfg["memory"], cfg["dry_run"], record, signal_exactly) if cfg.get("memory") else None
     reader = LineReader(kernel_log_argv(cfg["kernel_log"]))
     nvml = Nvml()
-
-    def stop(*_):
-        raise Stopped
 
     signal.signal(signal.SIGTERM, stop)
     record({"event": "start", "config_sha256": config_sha(text), "dry_run": cfg["dry_run"]})
@@ -520,6 +524,31 @@ def main(argv: Optional[list[str]] = None) -> int:
 
 class Stopped(Exception):
     """SIGTERM (systemctl stop): the loop ends between or during samples."""
+
+
+class StopSignal:
+    """The SIGTERM handler. Held, it waits: a stop while scontrol drains would leave the node
+    drained with no `drained` event to say why (scontrol itself has a 30 s timeout)."""
+
+    def __init__(self) -> None:
+        self.holding = False
+        self.asked = False
+
+    def __call__(self, *_) -> None:
+        if self.holding:
+            self.asked = True
+        else:
+            raise Stopped
+
+    @contextmanager
+    def held(self):
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+        if self.asked:
+            raise Stopped
 
 
 def loop(cfg: dict, sha: str, guard: Guard, memory: Optional[MemoryGuard], reader: LineReader, nvml: Nvml,
