@@ -8,8 +8,9 @@ dataset, and every node sees it read-only through nfs-ganesha and the nfsfuse cl
 One stack, in order: a revision the hub does not have (refused before anything is written);
 the good revision killed half way and resumed; the published snapshot's checks, its view from
 every node and the canary's marker; a no-op second up; the faults (a byte flipped on the way,
-a truncated safetensors file, a full store), each refused with nothing published; destroy
-keeping the data, and an up after it that downloads nothing again."""
+a truncated safetensors file, a full store), each refused with nothing published; the layer's
+rollback keeping the data and an up after it that downloads nothing again; destroy keeping the
+data too."""
 
 from __future__ import annotations
 
@@ -276,14 +277,28 @@ def test_a_full_store_keeps_the_partial_download_and_publishes_nothing(model):
         (hub.root / REPO / rev / f).stat().st_size for f in hub.files)
 
 
-def test_destroy_keeps_the_snapshot_and_an_up_after_it_downloads_nothing(model):
+def test_the_layers_rollback_keeps_the_snapshot_and_an_up_after_it_downloads_nothing(model):
+    """The layer off is its rollback (the same deletes as destroy's, with the rest of the fleet
+    kept): the layer's unit, scripts and venv go, the published snapshot stays, and the layer
+    on again proves it and fetches nothing."""
     hub = model.hub
     set_model(model, revision=hub.commit)
     model.up(timeout=1500)
+    set_model(model, enabled=False)
+    model.up(timeout=1500)
+    assert_only_the_snapshot_is_left(hub)
+    since = len(hub.requests)
+    set_model(model, enabled=True)
+    model.up(timeout=1500)
+    assert gets(hub, since) == [] and outputs(model)["modelSnapshot"]["download"]["ran_this_up"] is False
+
+
+def test_destroy_keeps_the_snapshot(model):
     model.run("destroy", "--yes", "--stack", "lab", timeout=900)
+    assert_only_the_snapshot_is_left(model.hub)
+
+
+def assert_only_the_snapshot_is_left(hub: HubDouble) -> None:
     left = ssh("storage", f"ls {HOME} 2>&1; systemctl cat {UNIT} 2>&1 | head -1; "
                           f"test -f {MODELS}/{REPO}/{hub.commit}/.gpu-fleet/manifest.json && echo kept", check=False)
     assert "No such file" in left.stdout and "No files found" in left.stdout and "kept" in left.stdout, left.stdout
-    since = len(hub.requests)
-    model.up(timeout=1500)
-    assert gets(hub, since) == [] and outputs(model)["modelSnapshot"]["download"]["ran_this_up"] is False
