@@ -204,7 +204,7 @@ def test_a_second_up_changes_nothing_and_downloads_nothing(model):
 
 def _refused(model, revision: str, *needles: str) -> str:
     set_model(model, revision=revision, expected_files=None, expected_bytes=None)
-    p = model.run("up", "--yes", "--stack", "lab", check=False, timeout=900)
+    p = model.up(check=False, timeout=900)  # refused in the apply: no preview needed
     text = p.stdout + p.stderr
     assert p.returncode != 0, text[-2000:]
     for needle in needles:
