@@ -32,12 +32,30 @@ NSPAWN = "systemd-nspawn"
 
 def hierarchies() -> list[Path]:
     """Mount points of every cgroup hierarchy (v1 controllers, name=systemd, cgroup2)."""
-    seen: dict[str, Path] = {}
-    with open("/proc/self/mounts") as f:
-        for line in f:
-            _src, mp, fstype, *_ = line.split()
-            if fstype in ("cgroup", "cgroup2") and mp not in seen:
-                seen[mp] = Path(mp)
+    with open("/proc/self/mounts") as f, open("/proc/cgroups") as c:
+        return distinct_hierarchies(f.read(), c.read())
+
+
+def distinct_hierarchies(mounts: str, proc_cgroups: str) -> list[Path]:
+    """The first mount point of each hierarchy in a /proc/self/mounts text, in mount order.
+
+    A hierarchy mounted twice is one hierarchy: systemd-nspawn, booting a host with the
+    unified hierarchy on a v1 machine, mounts cgroup2 at a /tmp/unifiedXXXXXX of its own for a
+    moment. Another host's boot that read that mount made its cgroup there and failed when
+    the mount went ("cannot create /tmp/unified.../cgroup.procs: Directory nonexistent").
+    A v1 hierarchy is named by its controllers (or name=), which no two hierarchies share."""
+    controllers = {line.split()[0] for line in proc_cgroups.splitlines() if line and not line.startswith("#")}
+    seen: dict[tuple[str, frozenset[str]], Path] = {}
+    for line in mounts.splitlines():
+        _src, mp, fstype, opts, *_ = line.split()
+        key: tuple[str, frozenset[str]]
+        if fstype == "cgroup2":
+            key = (fstype, frozenset())
+        elif fstype == "cgroup":
+            key = (fstype, frozenset(o for o in opts.split(",") if o in controllers or o.startswith("name=")))
+        else:
+            continue
+        seen.setdefault(key, Path(mp))
     return list(seen.values())
 
 
