@@ -10,20 +10,21 @@ package mirrors, which only the first lab's network namespace reaches.
 
 from __future__ import annotations
 
-#: wall seconds per module, from a clean-clone `.ci/run` as `make test` runs it (two labs, the
-#: offline suite niced beside them; 2026-12-07). The release24 stack's set-up (fresh
-#: hosts, the 24.11 cluster) counts in the first test_v2411_ module's figure.
+#: wall seconds per module, from clean-clone `.ci/run`s as `make test` runs them (two labs, the
+#: offline suite niced beside them): the mean of two rehearsals of 2026-12-07 (ci58, ci59; the
+#: modules a change between them made shorter, ci59's alone). The release24 stack's set-up
+#: (fresh hosts, the 24.11 cluster) counts in the first test_v2411_ module's figure.
 MODULE_SECONDS = {
-    "test_accounting.py": 430, "test_tenancy.py": 302, "test_workload.py": 250,
-    "test_k3s_retirement.py": 218, "test_interruptions.py": 203, "test_model_snapshot.py": 194,
-    "test_dead_node.py": 189, "test_slurm_cluster.py": 162, "test_recreated_hosts.py": 156,
-    "test_health.py": 145, "test_storage.py": 145, "test_gpu_runtime.py": 135, "test_gpu_gate.py": 93,
-    "test_canary_first.py": 91, "test_guards.py": 88, "test_recorded_state.py": 76, "test_lab_k3s.py": 55,
-    "test_primitives.py": 54, "test_lab_web_images.py": 45, "test_sshd_stopped.py": 41,
-    "test_lab_command.py": 31, "test_slurm_bad_input.py": 8, "test_lab_storage.py": 8,
-    "test_transport_lab.py": 1,
-    "test_v2411_cluster_id.py": 238, "test_v2411_web.py": 210, "test_v2411_tenancy.py": 190,
-    "test_v2411_health.py": 122,
+    "test_accounting.py": 370, "test_workload.py": 325, "test_tenancy.py": 297,
+    "test_interruptions.py": 257, "test_model_snapshot.py": 253, "test_k3s_retirement.py": 222,
+    "test_storage.py": 218, "test_slurm_cluster.py": 205, "test_dead_node.py": 202,
+    "test_recreated_hosts.py": 194, "test_health.py": 173, "test_gpu_runtime.py": 154,
+    "test_guards.py": 118, "test_canary_first.py": 98, "test_gpu_gate.py": 93,
+    "test_recorded_state.py": 77, "test_sshd_stopped.py": 57, "test_lab_k3s.py": 56,
+    "test_lab_command.py": 47, "test_lab_web_images.py": 44, "test_primitives.py": 43,
+    "test_slurm_bad_input.py": 14, "test_lab_storage.py": 10, "test_transport_lab.py": 1,
+    "test_v2411_web.py": 289, "test_v2411_tenancy.py": 208, "test_v2411_cluster_id.py": 180,
+    "test_v2411_health.py": 133,
 }
 #: a module not measured yet counts as this much
 NEW_MODULE_S = 120
