@@ -12,6 +12,7 @@ from tests.pulumi_cli import ROOT, PulumiProject
 
 from .labhosts import lab_config, lab_conn, repo_version, ssh
 from .test_slurm_cluster import HOSTS, NODES, as_user, snapshot
+from .test_storage import outputs
 
 
 def ctl_packages() -> dict[str, str]:
@@ -251,8 +252,7 @@ def db_jobs() -> set[str]:
 
 
 def restored_from(proj) -> str:
-    history = json.loads(proj.run("stack", "output", "accountingHistory", "--json", "--stack", "lab").stdout)
-    return history["restoredFrom"]
+    return outputs(proj)["accountingHistory"]["restoredFrom"]
 
 
 def test_layer_rollback_and_reapply_keep_every_job_record(accounted):
