@@ -1,10 +1,11 @@
-"""python -m lab up [--nodes N] | down | status | reboot HOST | reimage HOST | k3s install|remove|status
-| web-images
+"""python -m lab up [--nodes N] | down | status | reboot HOST | reimage HOST | checkpoint save|restore|drop NAME
+| k3s install|remove|status | web-images
 (as root, with the project's .venv python)."""
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 from .common import LabError
@@ -29,7 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("prepare", help="build (or find in the machine-wide cache) the image and the package "
                                    "repository `up` boots from, booting nothing (needs the Debian mirror "
                                    "the first time on a machine)")
-    sub.add_parser("down", help="stop every lab host and remove its state (keeps the cache)")
+    pd = sub.add_parser("down", help="stop every lab host and remove its state (keeps the cache)")
+    pd.add_argument("--keep-checkpoints", action="store_true",
+                    help="keep the lab's checkpoints (python -m lab checkpoint) for the next `up`")
     sub.add_parser("status", help="one line per host: process alive, ssh reachable")
     pr = sub.add_parser("reboot", help="restart one host of the running lab (a clean poweroff, "
                                        "then a boot of the same root filesystem)")
@@ -40,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
                                          "base image and a new host key, same name and address")
     pi.add_argument("host", help="storage, ctl, node1, ...")
     pi.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for its sshd (default 120)")
+    pc = sub.add_parser("checkpoint", help="keep every host's disk (a clean poweroff, then a boot) or put it "
+                                           "back (every host stopped and booted from it): lab/checkpoint.py")
+    pc.add_argument("action", choices=["save", "restore", "drop"])
+    pc.add_argument("name", help="the checkpoint's name (letters, digits, - and _)")
+    pc.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for each sshd (default 120)")
     pk = sub.add_parser("k3s", help="the lab's K3s on nodes of the running lab (kine + kube-apiserver, "
                                      "k3s.service / k3s-agent.service; lab/k3s.py)")
     ksub = pk.add_subparsers(dest="k3s_cmd", required=True)
@@ -68,10 +76,20 @@ def main(argv: list[str] | None = None) -> int:
             core.prepare()
             return 0
         if args.cmd == "down":
-            core.down()
+            core.down(args.keep_checkpoints)
             return 0
         if args.cmd == "reboot":
             core.reboot(args.host, args.timeout)
+            return 0
+        if args.cmd == "checkpoint":
+            from . import checkpoint
+
+            if not re.fullmatch(r"[A-Za-z0-9_-]+", args.name):
+                p.error(f"checkpoint name {args.name!r}: letters, digits, - and _ only")
+            if args.action == "drop":
+                checkpoint.drop(args.name)
+            else:
+                (checkpoint.save if args.action == "save" else checkpoint.restore)(args.name, args.timeout)
             return 0
         if args.cmd == "k3s":
             from . import k3s

@@ -21,6 +21,7 @@ LOGS_DIR = STATE / "logs"
 KEY = STATE / "id_ed25519"
 KNOWN_HOSTS = STATE / "known_hosts"
 INVENTORY = STATE / "inventory.json"
+CHECKPOINTS = STATE / "checkpoints"
 STACK_FILE = ROOT / "stacks" / "Pulumi.lab.yaml"
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from . import fake_nvml, image, net, nspawn, repo, rootfs, stackfile, storage
 from .common import (
-    HOSTS_DIR, INVENTORY, KEY, KNOWN_HOSTS, LOGS_DIR, STACK_FILE, STATE, LabError, cache_dir,
+    CHECKPOINTS, HOSTS_DIR, INVENTORY, KEY, KNOWN_HOSTS, LOGS_DIR, STACK_FILE, STATE, LabError, cache_dir,
     check_tools, flock, last_line, log, rel, remove_tree, require_root,
 )
 from .hosts import BRIDGE, DEFAULT_NODES, Host, lab_hosts, machine_name
@@ -260,10 +260,14 @@ def _restart(name: str, timeout: float, reimage: bool) -> float:
 
 # --- down ---------------------------------------------------------------------------
 
-def down() -> None:
+def down(keep_checkpoints: bool = False) -> None:
+    """Every host stopped and its state removed; the checkpoints too unless kept (a test
+    that makes the hosts again from the image restores its deployed fleet from one after)."""
     require_root()
     with flock(STATE / ".lock", "lab"):
         _down(quiet=False)
+        if not keep_checkpoints and CHECKPOINTS.exists():
+            remove_tree(CHECKPOINTS)
 
 
 def _down(quiet: bool, keep_logs: bool = True) -> None:

@@ -99,6 +99,11 @@ class PulumiProject:
         env.pop("PULUMI_CONFIG_PASSPHRASE_FILE", None)
         return cls(proj, env)
 
+    @property
+    def backend(self) -> Path:
+        """The file backend's directory (its stacks' state)."""
+        return Path(self.env["PULUMI_BACKEND_URL"].removeprefix("file://"))
+
     def run(self, *args: str, check: bool = True, timeout: int = 300) -> subprocess.CompletedProcess:
         start = time.monotonic()
         try:

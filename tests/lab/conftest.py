@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.pulumi_cli import PulumiProject
+
 from . import shards
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,7 +35,8 @@ RELEASE24_MODULES = "test_v2411_"
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """With GPU_FLEET_LAB_SHARD=K/N only the lab tests of lab K run (tests/lab/shards.py).
 
-    The test_v2411_* modules run last, whatever the other modules are named: their shared
+    The modules that start from the `deployed` fleet run after the others. The test_v2411_*
+    modules run last, whatever the other modules are named: their shared
     stack (`release24`) leaves Slurm 24.11 installed on the hosts until the session ends, and
     the 22.05 stacks of any module after them would be refused (Slurm does not downgrade)."""
     spec = os.environ.get("GPU_FLEET_LAB_SHARD")
@@ -48,7 +51,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             config.hook.pytest_deselected(items=other)
             drop = set(map(id, other))
             items[:] = [i for i in items if id(i) not in drop]
-    items.sort(key=lambda item: item.path.name.startswith(RELEASE24_MODULES))
+    # then the modules that start from the `deployed` fleet, one after another: only the first
+    # module after them that does not needs the hosts made again
+    items.sort(key=lambda item: (item.path.name.startswith(RELEASE24_MODULES),
+                                 item.path.parent == Path(__file__).parent
+                                 and "deployed" in getattr(item, "fixturenames", ())))
 
 
 def lab_command(*args: str, timeout: float = 900, check: bool = True) -> subprocess.CompletedProcess:
@@ -152,10 +159,57 @@ def remake_hosts(users: LabUsers) -> None:
     other test session uses the lab: what earlier tests left on them is gone."""
     users.exclusive()
     try:
-        lab_command("down", timeout=300)
+        lab_command("down", "--keep-checkpoints", timeout=300)
         lab_command("up")
     finally:
         users.shared()
+    _DIRTY.clear()
+
+
+#: set while the hosts hold a fleet restored from a checkpoint that no stack of a later module
+#: knows (`Deployed.project`): a module that does not start from it gets fresh hosts first
+_DIRTY: set[str] = set()
+
+
+@dataclass
+class Deployed:
+    """The lab stack as `make lab` deploys it (GPU baseline, Slurm 22.05, acceptance), deployed once
+    on fresh hosts and kept: the hosts as lab checkpoint `NAME` (lab/checkpoint.py), the stack's
+    file and state as `base` left them."""
+
+    NAME = "deployed22"
+    base: PulumiProject
+    users: LabUsers
+    #: the fresh hosts it was deployed on, for "as before" after a destroy (labhosts.snapshot)
+    fresh: dict[str, dict[str, str]]
+    fresh_ctl_packages: dict[str, str]
+    #: the partitions acceptance opened (`scontrol update`, which slurmctld keeps in memory only)
+    opened: list[str]
+
+    def project(self, tmp: Path) -> PulumiProject:
+        """A project of its own whose lab stack holds that fleet, on hosts put back as the
+        checkpoint kept them (each booted again): a module's first `up` then changes only what
+        its own config adds. Whatever the module leaves, the next module that does not start
+        here gets fresh hosts (`_fresh_hosts_after_deployed`)."""
+        self.users.exclusive()
+        try:
+            lab_command("checkpoint", "restore", self.NAME, timeout=600)
+        finally:
+            self.users.shared()
+        _DIRTY.add(self.NAME)
+        # What the checkpoint cannot keep: slurmctld boots with the partitions as slurm.conf has
+        # them (INACTIVE until acceptance passes; without -R it recovers jobs and nodes only).
+        from .labhosts import ssh
+
+        for part in self.opened:
+            ssh("ctl", f"scontrol update PartitionName={part} State=UP")
+        proj = PulumiProject.copy_of_repo(tmp)
+        stack = "stacks/Pulumi.lab.yaml"
+        shutil.copy2(self.base.dir / stack, proj.dir / stack)
+        shutil.copytree(self.base.backend, proj.backend, dirs_exist_ok=True)
+        # what the first `up` wrote on this machine (the acceptance report)
+        shutil.copytree(self.base.dir / ".state" / "artifacts", proj.dir / ".state" / "artifacts")
+        return proj
 
 
 @pytest.fixture(scope="session")
@@ -190,6 +244,41 @@ def lab(lab_session) -> Lab:
     else:
         lab_command("up")
     return load_lab()
+
+
+@pytest.fixture(scope="session")
+def deployed(lab, lab_session, tmp_path_factory):
+    """The deployed 22.05 fleet modules start from (`Deployed`): one `up` on fresh hosts per
+    session instead of one per module, and no destroy after each (the modules that test destroy
+    run it themselves)."""
+    from .labhosts import HOSTS, packages, snapshot, ssh
+
+    remake_hosts(lab_session)
+    fresh = {h: snapshot(h) for h in HOSTS}
+    fresh_ctl = packages("ctl")
+    base = PulumiProject.copy_of_repo(tmp_path_factory.mktemp("deployed22"))
+    base.init_stack("lab")
+    base.up(timeout=1500)
+    opened = [line.split()[0].removeprefix("PartitionName=") for line in
+              ssh("ctl", "scontrol show partition -o").stdout.splitlines() if " State=UP " in f"{line} "]
+    lab_command("checkpoint", "save", Deployed.NAME, timeout=600)
+    try:
+        yield Deployed(base, lab_session, fresh, fresh_ctl, opened)
+    finally:
+        lab_command("checkpoint", "drop", Deployed.NAME, check=False)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _fresh_hosts_after_deployed(request):
+    """A module that does not start from the `deployed` fleet gets fresh hosts when the module
+    before it left a restored fleet that no stack of its own knows (what a module's destroy
+    would have taken off)."""
+    mine = [i for i in request.session.items if i.module is request.module]
+    names = {f for i in mine for f in i.fixturenames}
+    # release24 makes the hosts again itself
+    if _DIRTY and "lab" in names and not names & {"deployed", "release24"}:
+        remake_hosts(request.getfixturevalue("lab_session"))
+    yield
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -14,6 +14,18 @@ from components.transport import SshTarget
 from components.transport.ssh import ssh_argv
 
 ROOT = Path(__file__).resolve().parents[2]
+#: the hosts the Slurm layer installs on
+HOSTS = ["ctl", "node1", "node2", "node3"]
+
+#: what a host's "as before" compares: packages, holds, accounts, Slurm's files and units, GPUs
+SNAPSHOT = r"""
+echo "pkgs $(dpkg-query -W -f='${Package}=${Version}\n' | sha256sum | cut -c1-16)"
+echo "held $(apt-mark showhold | tr '\n' ' ')"
+echo "users $(getent passwd slurm munge fleetcanary | cut -d: -f1,3 | tr '\n' ' ')"
+echo "etc $(ls -A /etc/slurm /etc/munge 2>/dev/null | tr '\n' ' ')"
+echo "units $(systemctl is-enabled slurmd slurmctld munge 2>/dev/null | tr '\n' ' ')"
+echo "fakegpus $(ls /dev | grep -c fakegpu)"
+"""
 
 
 def lab_config():
@@ -36,6 +48,17 @@ def ssh(name: str, script: str, check: bool = True, timeout: float = 120,
     if check and p.returncode != 0:
         raise AssertionError(f"{name}: {script!r} exited {p.returncode}: {p.stdout}{p.stderr}")
     return p
+
+
+def snapshot(host: str) -> dict[str, str]:
+    out = ssh(host, SNAPSHOT).stdout
+    return {k: v.strip() for k, _, v in (line.partition(" ") for line in out.splitlines())}
+
+
+def packages(host: str) -> dict[str, str]:
+    """Every installed package's version."""
+    out = ssh(host, "dpkg-query -W -f='${Package} ${Version}\\n'").stdout
+    return dict(line.split(" ", 1) for line in out.splitlines() if line.strip())
 
 
 def repo_version(package: str) -> str:

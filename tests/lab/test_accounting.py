@@ -10,35 +10,26 @@ from debian.debian_support import version_compare
 
 from tests.pulumi_cli import ROOT, PulumiProject
 
-from .labhosts import lab_config, lab_conn, repo_version, ssh
-from .test_slurm_cluster import HOSTS, NODES, as_user, snapshot
+from .labhosts import HOSTS, lab_config, lab_conn, packages, repo_version, snapshot, ssh
+from .test_slurm_cluster import NODES, as_user
 from .test_storage import outputs
 
 
-def ctl_packages() -> dict[str, str]:
-    out = ssh("ctl", "dpkg-query -W -f='${Package} ${Version}\\n'").stdout
-    return dict(line.split(" ", 1) for line in out.splitlines() if line.strip())
-
-
 @pytest.fixture(scope="module")
-def accounted(lab, tmp_path_factory):
-    before = {h: snapshot(h) for h in HOSTS}
+def accounted(lab, deployed, tmp_path_factory):
+    """The deployed fleet with accounting on; "before" is the fresh hosts it was deployed on."""
     tmp = tmp_path_factory.mktemp("accounting")
-    proj = PulumiProject.copy_of_repo(tmp)
+    proj = deployed.project(tmp)
     proj.log = tmp / "commands.jsonl"
     proj.env["GPU_FLEET_COMMAND_LOG"] = str(proj.log)
-    proj.ctl_packages_before = ctl_packages()
-    proj.init_stack("lab")
+    proj.ctl_packages_before = deployed.fresh_ctl_packages
     proj.run("config", "set", "--path", "gpu-fleet:accounting.enabled", "true", "--stack", "lab")
     proj.run("config", "set", "--path", "gpu-fleet:accounting.mariadb_version",
              repo_version("mariadb-server"), "--stack", "lab")
     proj.run("config", "set", "--path", "gpu-fleet:accounting.nftables_version",
              repo_version("nftables"), "--stack", "lab")
-    try:  # a failed first `up` is destroyed too: the next modules start from clean hosts
-        proj.up(timeout=1200)
-        yield proj, before
-    finally:
-        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
+    proj.up(timeout=1200)
+    return proj, deployed.fresh
 
 
 def test_the_all_node_job_is_accounted_with_generic_and_typed_gpu_tres(accounted):
@@ -324,7 +315,7 @@ def test_destroy_leaves_hosts_as_before(accounted):
     proj, before = accounted
     proj.run("destroy", "--yes", "--stack", "lab", timeout=900)
     after = {h: snapshot(h) for h in HOSTS}
-    pkgs_after = ctl_packages()
+    pkgs_after = packages("ctl")
     # Every package the layer installed is gone again. A base package the install had to
     # upgrade (MariaDB's perl wants the repository's perl-base) is not downgraded: no source
     # serves the old version. Everything else is exactly as before.

@@ -11,25 +11,20 @@ import json
 
 import pytest
 
-from tests.pulumi_cli import PulumiProject
-
 from .labhosts import ssh
 from .test_gpu_runtime import healthy_config, restore_healthy, set_fake
 from .test_slurm_cluster import as_user
 
 
 @pytest.fixture(scope="module")
-def gated(lab, tmp_path_factory):
+def gated(lab, deployed, tmp_path_factory):
+    """The deployed fleet as it is: every GPU healthy when it was deployed."""
     from . import test_gpu_runtime
 
     test_gpu_runtime._LAB["lab"] = lab
-    restore_healthy()
-    proj = PulumiProject.copy_of_repo(tmp_path_factory.mktemp("gate"))
-    proj.init_stack("lab")
-    proj.up(timeout=900)
+    proj = deployed.project(tmp_path_factory.mktemp("gate"))
     yield proj
     restore_healthy()
-    proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
 
 
 def outputs(proj) -> dict:

@@ -82,12 +82,11 @@ def resume(node: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def guarded(lab, tmp_path_factory):
+def guarded(lab, deployed, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("guards")
-    proj = PulumiProject.copy_of_repo(tmp)
+    proj = deployed.project(tmp)
     proj.log = tmp / "commands.jsonl"
     proj.env["GPU_FLEET_COMMAND_LOG"] = str(proj.log)
-    proj.init_stack("lab")
     for n in NODES:
         ssh(n, f": > {KMSG}; printf '{HEALTHY}' > {MEMINFO}; rm -f /var/log/gpu-fleet/guard.jsonl")
     # the section written into the stack file at once (a `config set` a key costs ~1 s of CI)
@@ -106,7 +105,6 @@ def guarded(lab, tmp_path_factory):
             for gpu in range(8):
                 set_gpu(n, gpu, temperature=40, temperature_error=None)
             set_processes(n, [])
-        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
 
 
 def test_every_gpu_node_runs_its_guard_with_cap_kill_alone(guarded):

@@ -151,18 +151,16 @@ def finish(proj: PulumiProject) -> None:
 
 
 @pytest.fixture(scope="module")
-def healthy(lab, tmp_path_factory):
+def healthy(lab, deployed, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("health")
-    proj = PulumiProject.copy_of_repo(tmp)
+    proj = deployed.project(tmp)
     proj.log = tmp / "commands.jsonl"
     proj.env["GPU_FLEET_COMMAND_LOG"] = str(proj.log)
-    proj.init_stack("lab")
     try:
         start(proj)
         yield proj
     finally:
         finish(proj)
-        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
 
 
 def test_slurmd_runs_the_check_on_every_node(healthy):

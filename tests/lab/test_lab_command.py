@@ -233,3 +233,39 @@ def test_apt_installs_from_the_lab_repository_only(lab):
     finally:
         lab.ssh(node, "DEBIAN_FRONTEND=noninteractive apt-get purge -y -q hello", check=False)
     assert lab.ssh(node, "dpkg -s hello", check=False).returncode != 0, "hello left installed"
+
+
+def test_a_checkpoint_puts_back_every_hosts_disk_and_survives_a_remake(lab, lab_session):
+    """`lab checkpoint save` keeps each host's disk (the storage host's sparse pool files
+    included) and boots it again; `restore` brings back what was kept and drops what was
+    written since, on hosts made again from the image too, with the same host keys."""
+    from .conftest import remake_hosts
+
+    name = "test-lab-command"
+    lab_session.exclusive()
+    try:
+        for h in lab.names():
+            lab.ssh(h, f"echo {h} > /root/gf-kept")
+        pool = lab.ssh("storage", "du -k --apparent-size -s /var/lib/zfs-vdev; du -k -s /var/lib/zfs-vdev").stdout
+        saved = lab_command("checkpoint", "save", name)
+        assert "kept and booted again" in saved.stdout, saved.stdout
+        for h in lab.names():
+            lab.ssh(h, "echo later > /root/gf-later")
+        lab_command("checkpoint", "restore", name)
+        for h in lab.names():
+            assert lab.ssh(h, "cat /root/gf-kept; ls /root/gf-later 2>/dev/null; true").stdout.split() == [h], h
+        after = lab.ssh("storage", "du -k --apparent-size -s /var/lib/zfs-vdev; du -k -s /var/lib/zfs-vdev").stdout
+        used = [int(line.split()[0]) for line in (pool, after) for line in line.splitlines()]
+        assert used[2] == used[0] and used[3] < used[2] // 4, (pool, after)  # the pool's files still sparse
+        assert lab.ssh("storage", "zpool list -H -o health ai").stdout.strip() == "ONLINE"
+        lab_session.shared()
+        remake_hosts(lab_session)
+        lab_session.exclusive()
+        assert lab.ssh("node1", "ls /root/gf-kept", check=False).returncode != 0
+        lab_command("checkpoint", "restore", name)  # known_hosts as the checkpoint's keys: ssh checks them
+        assert lab.ssh("node1", "cat /root/gf-kept").stdout.strip() == "node1"
+    finally:
+        lab_command("checkpoint", "drop", name, check=False)
+        for h in lab.names():
+            lab.ssh(h, "rm -f /root/gf-kept /root/gf-later", check=False)
+        lab_session.shared()

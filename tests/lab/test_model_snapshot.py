@@ -31,7 +31,7 @@ from tests.pulumi_cli import PulumiProject
 
 from .labhosts import ssh
 from .test_slurm_cluster import NODES
-from .test_storage import drop_datasets, outputs, set_storage, storage_version
+from .test_storage import outputs, set_storage, storage_version
 
 REPO = "lab/tiny-video-dit"
 MODELS, STAGING = "/srv/ai/models", "/srv/ai/models/.staging"
@@ -76,20 +76,15 @@ def hub(lab, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def model(hub, tmp_path_factory):
-    proj = PulumiProject.copy_of_repo(tmp_path_factory.mktemp("model"))
-    proj.init_stack("lab")
+def model(hub, deployed, tmp_path_factory):
+    proj = deployed.project(tmp_path_factory.mktemp("model"))
     set_storage(proj)
     tree = hub.root / REPO / hub.commit
     set_model(proj, enabled=True, repo_id=REPO, revision="0" * 40, endpoint=hub.url, max_workers=4,
               expected_files=len(hub.files), expected_bytes=sum((tree / f).stat().st_size for f in hub.files),
               packages={"python3-venv": storage_version("python3-venv")})
     proj.hub = hub
-    try:
-        yield proj
-    finally:
-        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
-        drop_datasets(before="zfs set quota=none ai/models; ")
+    return proj
 
 
 def test_a_revision_the_hub_does_not_have_is_refused_before_anything_is_written(model):

@@ -26,23 +26,18 @@ def canary_account(proj: PulumiProject) -> dict:
     return {"inputs": member, "state": outs["state"][key], "record": outs["records"][key]}
 
 
-def test_an_account_removed_by_hand_refreshes_twice_and_converges(lab, tmp_path):
-    proj = PulumiProject.copy_of_repo(tmp_path)
-    proj.init_stack("lab")
-    try:
-        proj.up(timeout=1200)
-        uid = canary_account(proj)["state"]["uid"]
-        ssh("node2", f"userdel {USER}; getent group {USER} >/dev/null && groupdel {USER}; true")
-        for _ in range(2):  # a refresh of the absent account, then one from what it recorded
-            r = proj.refresh(check=False, timeout=900)
-            assert r.returncode == 0 and "KeyError" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
-            acct = canary_account(proj)
-            # the stack's values the next probe reuses, and what create made (to undo), kept
-            assert acct["inputs"]["uid"] == uid and acct["inputs"]["name"] == USER, acct
-            assert acct["state"]["uid"] is None and "created_user" in acct["record"], acct
-        proj.up(timeout=1200)
-        assert ssh("node2", f"id -u {USER}").stdout.strip() == str(uid)
-        proj.refresh(timeout=900)
-        proj.run("preview", "--stack", "lab", "--expect-no-changes")
-    finally:
-        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
+def test_an_account_removed_by_hand_refreshes_twice_and_converges(deployed, tmp_path):
+    proj = deployed.project(tmp_path)
+    uid = canary_account(proj)["state"]["uid"]
+    ssh("node2", f"userdel {USER}; getent group {USER} >/dev/null && groupdel {USER}; true")
+    for _ in range(2):  # a refresh of the absent account, then one from what it recorded
+        r = proj.refresh(check=False, timeout=900)
+        assert r.returncode == 0 and "KeyError" not in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+        acct = canary_account(proj)
+        # the stack's values the next probe reuses, and what create made (to undo), kept
+        assert acct["inputs"]["uid"] == uid and acct["inputs"]["name"] == USER, acct
+        assert acct["state"]["uid"] is None and "created_user" in acct["record"], acct
+    proj.up(timeout=1200)
+    assert ssh("node2", f"id -u {USER}").stdout.strip() == str(uid)
+    proj.refresh(timeout=900)
+    proj.run("preview", "--stack", "lab", "--expect-no-changes")

@@ -20,29 +20,14 @@ from components.layers.slurm.validate import validate_argv
 from lab import slurm_release
 from tests.pulumi_cli import ROOT, PulumiProject
 
-from .labhosts import command_log, ssh
+from .labhosts import HOSTS, command_log, snapshot, ssh
 
-HOSTS = ["ctl", "node1", "node2", "node3"]
 NODES = ["node1", "node2", "node3"]
-
-SNAPSHOT = r"""
-echo "pkgs $(dpkg-query -W -f='${Package}=${Version}\n' | sha256sum | cut -c1-16)"
-echo "held $(apt-mark showhold | tr '\n' ' ')"
-echo "users $(getent passwd slurm munge fleetcanary | cut -d: -f1,3 | tr '\n' ' ')"
-echo "etc $(ls -A /etc/slurm /etc/munge 2>/dev/null | tr '\n' ' ')"
-echo "units $(systemctl is-enabled slurmd slurmctld munge 2>/dev/null | tr '\n' ' ')"
-echo "fakegpus $(ls /dev | grep -c fakegpu)"
-"""
 
 
 def chromium(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                            *args], capture_output=True, text=True, timeout=120)
-
-
-def snapshot(host: str) -> dict[str, str]:
-    out = ssh(host, SNAPSHOT).stdout
-    return {k: v.strip() for k, _, v in (line.partition(" ") for line in out.splitlines())}
 
 
 def as_user(script: str, timeout: int = 60) -> str:
@@ -51,16 +36,13 @@ def as_user(script: str, timeout: int = 60) -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster(lab, tmp_path_factory):
-    before = {h: snapshot(h) for h in HOSTS}
+def cluster(lab, deployed, tmp_path_factory):
+    """The deployed fleet (the lab stack's first `up` on fresh hosts) and those hosts as they were."""
     tmp = tmp_path_factory.mktemp("slurm")
-    proj = PulumiProject.copy_of_repo(tmp)
+    proj = deployed.project(tmp)
     proj.env["GPU_FLEET_COMMAND_LOG"] = str(tmp / "commands.jsonl")
     proj.log = tmp / "commands.jsonl"
-    proj.init_stack("lab")
-    proj.up(timeout=900)
-    yield proj, before
-    proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
+    return proj, deployed.fresh
 
 
 def test_nodes_idle_with_typed_gpus(cluster):

@@ -37,7 +37,7 @@ def set_storage(proj: PulumiProject) -> None:
 
 
 def drop_datasets(before: str = "") -> None:
-    """After a module's destroy (which keeps the data): the stores gone, for the next module.
+    """After a destroy (which keeps the data): the stores gone, for the next run (bench/workload.py).
     `before`: shell run first (with the pool imported)."""
     # zfs-fuse may still hold a dataset busy for a moment after its export stopped: try again
     # until both are gone (a dataset left behind unmounted fails the next module's first up)
@@ -52,16 +52,12 @@ def outputs(proj) -> dict:
 
 
 @pytest.fixture(scope="module")
-def stored(lab, tmp_path_factory):
-    proj = PulumiProject.copy_of_repo(tmp_path_factory.mktemp("storage"))
-    proj.init_stack("lab")
+def stored(lab, deployed, tmp_path_factory):
+    """The deployed fleet with the storage layer on."""
+    proj = deployed.project(tmp_path_factory.mktemp("storage"))
     set_storage(proj)
-    try:
-        proj.up(timeout=1200)
-        yield proj
-    finally:
-        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
-        drop_datasets()
+    proj.up(timeout=1200)
+    return proj
 
 
 def test_datasets_are_mounted_as_themselves_with_their_duties(stored):

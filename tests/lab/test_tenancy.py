@@ -20,7 +20,8 @@ import yaml
 from tests.pulumi_cli import PulumiProject
 
 from .labhosts import command_log, repo_version, ssh
-from .test_slurm_cluster import HOSTS, NODES
+from .labhosts import HOSTS
+from .test_slurm_cluster import NODES
 
 GRACE_S = 15
 #: Slurm's defaults, which the lab keeps (checked in the reclaim test)
@@ -87,12 +88,11 @@ def remove_users() -> None:
 
 
 @pytest.fixture(scope="module")
-def tenancy(lab, tmp_path_factory):
+def tenancy(lab, deployed, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tenancy")
-    proj = PulumiProject.copy_of_repo(tmp)
+    proj = deployed.project(tmp)
     proj.log = tmp / "commands.jsonl"
     proj.env["GPU_FLEET_COMMAND_LOG"] = str(proj.log)
-    proj.init_stack("lab")
     proj.run("config", "set", "--path", "gpu-fleet:accounting.enabled", "true", "--stack", "lab")
     proj.run("config", "set", "--path", "gpu-fleet:accounting.mariadb_version",
              repo_version("mariadb-server"), "--stack", "lab")
@@ -105,7 +105,6 @@ def tenancy(lab, tmp_path_factory):
         yield proj
     finally:
         ssh("ctl", "scancel -u alice; scancel -u bob", check=False)
-        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
         remove_users()
 
 

@@ -31,7 +31,7 @@ from tests.pulumi_cli import PulumiProject
 
 from .labhosts import repo_version, ssh
 from .test_slurm_cluster import NODES
-from .test_storage import drop_datasets, outputs, set_storage
+from .test_storage import outputs, set_storage
 
 SERVER = "/srv/ai/data/outputs/gpu-fleet-workload"
 RUNS, RELEASES = f"{SERVER}/runs", f"{SERVER}/releases"
@@ -101,18 +101,13 @@ def wait_gone(job: str, timeout: float = 180) -> None:
 
 
 @pytest.fixture(scope="module")
-def workload(lab, tmp_path_factory):
-    proj = PulumiProject.copy_of_repo(tmp_path_factory.mktemp("workload"))
-    proj.init_stack("lab")
+def workload(lab, deployed, tmp_path_factory):
+    proj = deployed.project(tmp_path_factory.mktemp("workload"))
     set_storage(proj)
     set_workload(proj, enabled=True, render={"nodes": 3, "mem_mib": 400}, post_mem_mib=400, timeout_s=900,
                  node_packages={"zstd": repo_version("zstd")})
-    try:
-        proj.up(timeout=1800)
-        yield proj
-    finally:
-        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
-        drop_datasets()
+    proj.up(timeout=1800)
+    return proj
 
 
 def test_the_pipeline_renders_on_three_nodes_gates_and_publishes_once(workload):
