@@ -14,13 +14,14 @@ from __future__ import annotations
 #: offline suite niced beside them): the mean of two rehearsals of 2026-12-07 (ci58, ci59; the
 #: modules a change between them made shorter, ci59's alone). The modules that start from the
 #: `deployed` fleet, and test_lab_command, which tests checkpoints: their figures of two labs run
-#: side by side without the offline suite, times 1.4 (that suite's share in ci59). The release24
+#: side by side without the offline suite, times 1.4 (that suite's share in ci59); test_dead_node
+#: and test_recreated_hosts: their ci59 figures less two first `up`s and destroys each. The release24
 #: stack's set-up (fresh hosts, the 24.11 cluster) counts in the first test_v2411_ module's figure.
 MODULE_SECONDS = {
     "test_accounting.py": 250, "test_workload.py": 260, "test_tenancy.py": 280,
     "test_interruptions.py": 257, "test_model_snapshot.py": 150, "test_k3s_retirement.py": 222,
-    "test_storage.py": 170, "test_slurm_cluster.py": 140, "test_dead_node.py": 202,
-    "test_recreated_hosts.py": 194, "test_health.py": 150, "test_gpu_runtime.py": 154,
+    "test_storage.py": 170, "test_slurm_cluster.py": 140, "test_dead_node.py": 120,
+    "test_recreated_hosts.py": 110, "test_health.py": 150, "test_gpu_runtime.py": 154,
     "test_guards.py": 70, "test_canary_first.py": 98, "test_gpu_gate.py": 35,
     "test_recorded_state.py": 30, "test_sshd_stopped.py": 57, "test_lab_k3s.py": 56,
     "test_lab_command.py": 90, "test_lab_web_images.py": 44, "test_primitives.py": 43,

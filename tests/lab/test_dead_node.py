@@ -78,13 +78,11 @@ def take_down(proj: PulumiProject, lab_session) -> None:
     mark_unreachable(proj, VICTIM)
 
 
-def test_a_dead_node_is_forgotten_and_the_rest_converges(lab, lab_session, tmp_path):
-    proj = PulumiProject.copy_of_repo(tmp_path)
+def test_a_dead_node_is_forgotten_and_the_rest_converges(deployed, lab_session, tmp_path):
+    proj = deployed.project(tmp_path)
     log = tmp_path / "commands.jsonl"
     proj.env["GPU_FLEET_COMMAND_LOG"] = str(log)
-    proj.init_stack("lab")
     try:
-        proj.up(timeout=1200)
         victims = list(recorded(proj, VICTIM))
         assert victims, f"nothing recorded on {VICTIM}"
 
@@ -121,7 +119,6 @@ def test_a_dead_node_is_forgotten_and_the_rest_converges(lab, lab_session, tmp_p
         # nothing, not even a connection attempt, went to the dead node after it died
         assert [c for c in command_log(log) if c["host"] == VICTIM] == []
     finally:
-        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
         lab_session.exclusive()
         try:
             lab_command("up")  # the dead host's process is gone: the lab boots its hosts again
@@ -136,18 +133,16 @@ def pending(proj: PulumiProject, op: str, *args: str) -> subprocess.CompletedPro
                           text=True, timeout=1200)
 
 
-def test_an_unreachable_node_keeps_its_recorded_resources_while_the_rest_rolls_out(lab, lab_session, tmp_path):
+def test_an_unreachable_node_keeps_its_recorded_resources_while_the_rest_rolls_out(deployed, lab_session, tmp_path):
     """The seed's "pending" node: down, marked unreachable, out of its partition; `make up` and
     `make refresh` leave everything recorded for it as it was (a warning names it) and the
     rest of the fleet rolls out; booted again and given its owner back, one `up --refresh` takes
     it up again."""
-    proj = PulumiProject.copy_of_repo(tmp_path)
+    proj = deployed.project(tmp_path)
     log = tmp_path / "commands.jsonl"
     proj.env["GPU_FLEET_COMMAND_LOG"] = str(log)
-    proj.init_stack("lab")
     original = (proj.dir / "stacks" / "Pulumi.lab.yaml").read_text()
     try:
-        proj.up(timeout=1200)
         before = recorded(proj, VICTIM)
         take_down(proj, lab_session)
         log.write_text("")
@@ -180,7 +175,6 @@ def test_an_unreachable_node_keeps_its_recorded_resources_while_the_rest_rolls_o
         out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
         assert out["admission"]["admitted"] == [*LIVE, VICTIM] and (out["acceptance"]["accepted"] == out["admission"]["admitted"] and not out["acceptance"]["failed"])
     finally:
-        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
         lab_session.exclusive()
         try:
             lab_command("up")

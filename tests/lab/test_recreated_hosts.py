@@ -28,40 +28,30 @@ def converges_in_one_up_refresh(proj: PulumiProject) -> None:
     assert (out["acceptance"]["accepted"] == out["admission"]["admitted"] and not out["acceptance"]["failed"])
 
 
-def test_lab_down_up_then_one_up_refresh_converges(lab, lab_session, tmp_path):
-    proj = PulumiProject.copy_of_repo(tmp_path)
-    proj.init_stack("lab")
+def test_lab_down_up_then_one_up_refresh_converges(deployed, lab_session, tmp_path):
+    proj = deployed.project(tmp_path)
+    lab_session.exclusive()  # no other test session is using the hosts
     try:
-        proj.up(timeout=1200)
-        lab_session.exclusive()  # no other test session is using the hosts
-        try:
-            lab_command("down", timeout=300)
-            lab_command("up")
-        finally:
-            lab_session.shared()
-        converges_in_one_up_refresh(proj)
-        proj.run("preview", "--stack", "lab", "--expect-no-changes")
+        lab_command("down", "--keep-checkpoints", timeout=300)
+        lab_command("up")
     finally:
-        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
+        lab_session.shared()
+    converges_in_one_up_refresh(proj)
+    proj.run("preview", "--stack", "lab", "--expect-no-changes")
 
 
-def test_one_node_reimaged_in_place_converges_in_one_up_refresh(lab, lab_session, tmp_path):
+def test_one_node_reimaged_in_place_converges_in_one_up_refresh(deployed, lab_session, tmp_path):
     """A real fleet's case: node2 wiped and reinstalled under the same name and address (a new
     root filesystem from the base image and a new host key, entered in known_hosts), with the
     stack's state still recording everything the layers put on it."""
-    proj = PulumiProject.copy_of_repo(tmp_path)
-    proj.init_stack("lab")
+    proj = deployed.project(tmp_path)
+    lab_session.exclusive()
     try:
-        proj.up(timeout=1200)
-        lab_session.exclusive()
-        try:
-            lab_command("reimage", "node2")
-        finally:
-            lab_session.shared()
-        assert ssh("node2", "test -e /etc/slurm/slurm.conf", check=False).returncode != 0  # wiped
-        assert ssh("node2", "systemctl is-active slurmd", check=False).stdout.strip() != "active"
-        converges_in_one_up_refresh(proj)
-        assert ssh("node2", "systemctl is-active slurmd").stdout.strip() == "active"
-        proj.run("preview", "--stack", "lab", "--expect-no-changes")
+        lab_command("reimage", "node2")
     finally:
-        proj.run("destroy", "--yes", "--stack", "lab", check=False, timeout=900)
+        lab_session.shared()
+    assert ssh("node2", "test -e /etc/slurm/slurm.conf", check=False).returncode != 0  # wiped
+    assert ssh("node2", "systemctl is-active slurmd", check=False).stdout.strip() != "active"
+    converges_in_one_up_refresh(proj)
+    assert ssh("node2", "systemctl is-active slurmd").stdout.strip() == "active"
+    proj.run("preview", "--stack", "lab", "--expect-no-changes")
