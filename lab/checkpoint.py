@@ -1,7 +1,7 @@
 """Checkpoints of the whole lab: every host stopped cleanly, its writable layer kept, and booted
 again; `restore` stops every host and boots it from what was kept, as a VM snapshot would.
 
-The lab tests deploy the same fleet (storage, Slurm, acceptance) before most modules test their
+The lab tests deploy the same fleet (GPU baseline, Slurm, acceptance) before most modules test their
 own layer on it: deployed once and kept, each module starts from that fleet in seconds, not from
 a first `up` of its own (tests/lab/conftest.py `deployed`). What a restore brings back is the
 hosts' disks, not their running processes: every host boots again, so a restored fleet is also a
@@ -50,14 +50,13 @@ def _stop_all(hosts: list[Host]) -> None:
 
 def _boot_all(inv: dict, hosts: list[Host], timeout: float) -> float:
     repo_dir = cache_dir() / f"repo-{inv['repo']}"
+    entries = {e["name"]: e for e in inv["hosts"]}
     t0 = time.monotonic()
     for h in hosts:
-        entry = next(e for e in inv["hosts"] if e["name"] == h.name)
-        entry["pid"] = nspawn.launch(h, repo_dir)
+        entries[h.name]["pid"] = nspawn.launch(h, repo_dir)
         stackfile.write_inventory(inv)
     with ThreadPoolExecutor(max_workers=len(hosts)) as ex:
-        ready = list(ex.map(lambda h: wait_for_ssh(h, next(e["pid"] for e in inv["hosts"] if e["name"] == h.name),
-                                                   t0, timeout), hosts))
+        ready = list(ex.map(lambda h: wait_for_ssh(h, entries[h.name]["pid"], t0, timeout), hosts))
     ensure_doubles(hosts)
     return max(ready)
 
