@@ -7,11 +7,11 @@ field, or the reason it needs none), applied with `sacctmgr -i` and read again. 
 `fields` are what sacctmgr prints, so `pulumi refresh` sees a field edited by hand (a QOS's
 GrpTRES, Priority, Preempt ...) as drift in that field, and the next `up` sets it back.
 
-Values are given as sacctmgr prints them (memory `mem=100G`); GraceTime, which sacctmgr sets
-in seconds and prints as `00:05:00`, in either form and set in seconds; TRES
-lists compare as sets of `name=count`, Preempt/QOS/Flags lists as sets, PreemptMode without
-case, Description as sacctmgr stores it (lower case, ' as `). Delete removes an object create
-added; one that was there before gets back the values of the fields this resource set.
+Values are given as sacctmgr prints them (memory `mem=100G`); GraceTime, which sacctmgr sets in
+seconds and prints as `00:05:00`, in either form and set in seconds; TRES lists compare as sets
+of `name=count`, Preempt/QOS/Flags lists as sets, PreemptMode without case, Description as
+sacctmgr stores it (lower case, ' as `): components/providers/sacct_values.py. Delete removes an
+object create added; one that was there before gets back the values of the fields this resource set.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from ..transport.command import Piece, shell_join
 from .base import HostPrimitive
 from .bundle import BundleProvider
 from .parts import Observed, PlanRefused, Props, Step
+from .sacct_values import canonical, cleared, set_value
 
 #: the fields each kind manages, by sacctmgr's names (format= and set take the same)
 FIELDS = {
@@ -39,58 +40,9 @@ FIELDS = {
     "user": ("Fairshare", "GrpTRES", "GrpJobs", "GrpSubmitJobs", "GrpWall", "MaxTRES", "MaxJobs",
              "MaxSubmitJobs", "MaxWall", "QOS", "DefaultQOS"),
 }
-_LISTS = ("Preempt", "QOS", "Flags")
-_NOCASE = ("PreemptMode",)
 #: the key columns of each kind's `show`, ahead of its fields
 _KEYS = {"qos": ("Name",), "account": ("Cluster", "Account", "User", "Partition"),
          "user": ("Cluster", "Account", "User", "Partition")}
-
-
-#: fields sacctmgr prints as [days-]hours:minutes:seconds; GraceTime is set in whole seconds,
-#: PreemptExemptTime as a time (a bare number there would be minutes), so it is set as H:MM:SS
-_SECONDS = ("GraceTime", "PreemptExemptTime")
-_AS_TIME = ("PreemptExemptTime",)
-
-
-def _as_time(secs: str) -> str:
-    n = int(secs)
-    return f"{n // 3600}:{n // 60 % 60:02d}:{n % 60:02d}"
-
-
-def _seconds(text: str) -> str:
-    """`00:05:00`, `1-00:00:00`, `5:00` or `300` -> `300`; anything else as it is (sacctmgr
-    refuses it, naming the field)."""
-    days, _, clock = text.rpartition("-") if "-" in text.lstrip("-") else ("", "", text)
-    parts = clock.split(":")
-    if not (days.isdigit() or not days) or len(parts) > 3 or not all(p.isdigit() for p in parts):
-        return text
-    secs = 0
-    for p in parts:
-        secs = secs * 60 + int(p)
-    return str(secs + int(days or 0) * 86400)
-
-
-def canonical(field: str, value: Any) -> str:
-    """One spelling per value, so that what was asked and what sacctmgr prints compare equal."""
-    text = "" if value is None else str(value).strip()
-    if field in _SECONDS and text:
-        return _seconds(text)
-    if "TRES" in field:
-        return ",".join(sorted(p for p in text.split(",") if p))
-    if field in _LISTS:
-        return ",".join(sorted({p for p in text.split(",") if p}))
-    if field == "Description":
-        # sacctmgr stores a description lower-cased, each ' as ` (a QOS's "Team's GPUs" reads
-        # back "team`s gpus"): compared as stored, or a description never converges
-        return text.lower().replace("'", "`")
-    return text.lower() if field in _NOCASE else text
-
-
-def _cleared(field: str, actual: str) -> str:
-    """The `set` value that empties a field: each TRES -1, a list empty, a number or time -1."""
-    if "TRES" in field:
-        return ",".join(f"{p.split('=', 1)[0]}=-1" for p in actual.split(",") if p)
-    return "" if field in ("Preempt", "QOS", "Description") else "-1"
 
 
 def where(props: Props) -> list[str]:
@@ -163,22 +115,17 @@ def plan_fields(props: Props, wanted: dict[str, Any], actual: dict[str, str]) ->
             out.append(FieldPlan(field, None, f"no change: {field} is {have or 'empty'} already"))
             continue
         if not want:
-            value = _cleared(field, have)
+            value = cleared(field, have)
         elif "TRES" in field:
             keep = {p.split("=", 1)[0] for p in want.split(",")}
             gone = [f"{p.split('=', 1)[0]}=-1" for p in have.split(",") if p and p.split("=", 1)[0] not in keep]
             value = ",".join([want, *gone])
         else:
-            value = _set_value(field, want)
+            value = set_value(field, want)
         argv = ["sacctmgr", "-i", "modify", kind, "where", *where(props), "set", f"{field}={value}"]
         out.append(FieldPlan(field, Step(argv, f"{field} {have or '(empty)'} -> {want or '(empty)'}"),
                              f"{field} differs"))
     return out
-
-
-def _set_value(field: str, want: str) -> str:
-    """A canonical value as sacctmgr takes it (PreemptExemptTime as a clock)."""
-    return _as_time(want) if field in _AS_TIME and want.isdigit() else want
 
 
 def plan(props: Props, obs: Observed, wanted: dict[str, Any]) -> list[Step]:
@@ -195,7 +142,7 @@ def add_argv(props: Props, wanted: Optional[dict[str, Any]] = None) -> list[str]
     order: QOS before DefaultQOS)."""
     kind, name = props["kind"], props["name"]
     wanted = wanted or {}
-    fields = [f"{f}={_set_value(f, canonical(f, wanted[f]))}" for f in _in_order(kind, wanted)
+    fields = [f"{f}={set_value(f, canonical(f, wanted[f]))}" for f in _in_order(kind, wanted)
               if canonical(f, wanted[f])]
     if kind == "qos":
         return ["sacctmgr", "-i", "add", "qos", name, *fields]
