@@ -22,17 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import image, nspawn, rootfs, stackfile
-from .core import ensure_doubles, wait_for_ssh
+from .core import ensure_doubles, replace_known_hosts, wait_for_ssh
 from .common import CHECKPOINTS, KNOWN_HOSTS, STATE, LabError, cache_dir, flock, log, remove_tree, run
 from .hosts import Host
 
 TMPFS_SIZE = "8g"
-
-
-def _hosts(inv: dict | None) -> list[Host]:
-    if inv is None or inv.get("state") != "up":
-        raise LabError("the lab is not up (python -m lab up)")
-    return [Host(h["name"], h["address"], tuple(h["roles"])) for h in inv["hosts"]]
 
 
 def _parts(inv: dict, name: str) -> list[str]:
@@ -81,9 +75,7 @@ def save(name: str, timeout: float = 120.0) -> Path:
     again. Returns the checkpoint's directory."""
     start = time.monotonic()
     with flock(STATE / ".lock", "lab"):
-        inv = stackfile.read_inventory()
-        hosts = _hosts(inv)
-        assert inv is not None
+        inv, hosts = stackfile.running_inventory()
         _stop_all(hosts)
         _ensure_store()
         dest = CHECKPOINTS / name
@@ -107,9 +99,7 @@ def restore(name: str, timeout: float = 120.0) -> None:
     start = time.monotonic()
     src = CHECKPOINTS / name
     with flock(STATE / ".lock", "lab"):
-        inv = stackfile.read_inventory()
-        hosts = _hosts(inv)
-        assert inv is not None
+        inv, hosts = stackfile.running_inventory()
         if not (src / "checkpoint.json").exists():
             raise LabError(f"no lab checkpoint {name!r} (python -m lab checkpoint save {name})")
         meta = json.loads((src / "checkpoint.json").read_text())
@@ -123,16 +113,14 @@ def restore(name: str, timeout: float = 120.0) -> None:
             hd = rootfs.host_dir(h.name)
             if rootfs.is_mounted(h.name):
                 run(["umount", str(hd / "rootfs")])
-            for part in ("upper", "work", "rootfs", "containers"):
-                if part != "rootfs" or meta["rootfs_mode"] != "overlay":
-                    remove_tree(hd / part)
+            # an overlay's rootfs is its (now empty) mount point; a copy's is the disk itself
+            for part in ("upper", "work", "containers", *(() if meta["rootfs_mode"] == "overlay" else ("rootfs",))):
+                remove_tree(hd / part)
             for part in os.listdir(src / h.name):
                 _copy(src / h.name / part, hd / part)
             if meta["rootfs_mode"] == "overlay":
                 rootfs.mount_overlay(base, hd)
-        tmp = KNOWN_HOSTS.with_name(KNOWN_HOSTS.name + ".tmp")
-        tmp.write_text(meta["known_hosts"])
-        os.replace(tmp, KNOWN_HOSTS)
+        replace_known_hosts(meta["known_hosts"])
         took = _boot_all(inv, hosts, timeout)
     log(f"restored checkpoint {name}: {len(hosts)} hosts, sshd after {took:.1f} s; "
         f"total {time.monotonic() - start:.1f} s")

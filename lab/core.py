@@ -195,8 +195,13 @@ def write_known_hosts(hosts: list[Host], pubkeys: dict[str, str]) -> None:
     for h in hosts:
         keytype, keydata = pubkeys[h.name].split()[:2]
         lines.append(f"{h.name},{h.address} {keytype} {keydata}")
+    replace_known_hosts("\n".join(lines) + "\n")
+
+
+def replace_known_hosts(text: str) -> None:
+    """known_hosts as `text`, replaced whole (ssh never reads half of it)."""
     tmp = KNOWN_HOSTS.with_name(KNOWN_HOSTS.name + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
+    tmp.write_text(text)
     os.replace(tmp, KNOWN_HOSTS)
 
 
@@ -226,10 +231,7 @@ def _restart(name: str, timeout: float, reimage: bool) -> float:
     """Stop one host of the running lab, re-image its root filesystem if asked, boot it."""
     require_root()
     with flock(STATE / ".lock", "lab"):
-        inv = stackfile.read_inventory()
-        if inv is None or inv.get("state") != "up":
-            raise LabError("the lab is not up (python -m lab up)")
-        hosts = [Host(h["name"], h["address"], tuple(h["roles"])) for h in inv["hosts"]]
+        inv, hosts = stackfile.running_inventory()
         host = next((h for h in hosts if h.name == name), None)
         if host is None:
             raise LabError(f"no lab host {name!r} (hosts: {', '.join(h.name for h in hosts)})")
@@ -266,7 +268,7 @@ def down(keep_checkpoints: bool = False) -> None:
     require_root()
     with flock(STATE / ".lock", "lab"):
         _down(quiet=False)
-        if not keep_checkpoints and CHECKPOINTS.exists():
+        if not keep_checkpoints:
             remove_tree(CHECKPOINTS)
 
 

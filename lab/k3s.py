@@ -310,10 +310,7 @@ def _script(name: str) -> str:
 
 
 def lab_nodes(names: list[str]) -> dict[str, Host]:
-    inv = stackfile.read_inventory()
-    if inv is None or inv.get("state") != "up":
-        raise LabError("the lab is not up (python -m lab up)")
-    hosts = {h["name"]: Host(h["name"], h["address"], tuple(h["roles"])) for h in inv["hosts"]}
+    hosts = {h.name: h for h in stackfile.running_inventory()[1]}
     for n in names:
         if n not in hosts:
             raise LabError(f"no lab host {n!r} (hosts: {', '.join(hosts)})")

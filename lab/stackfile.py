@@ -150,6 +150,14 @@ def read_inventory(path: Path = INVENTORY) -> dict | None:
         return None
 
 
+def running_inventory() -> tuple[dict, list[Host]]:
+    """The inventory of the lab that is up, and its hosts; a sentence when it is not up."""
+    inv = read_inventory()
+    if inv is None or inv.get("state") != "up":
+        raise LabError("the lab is not up (python -m lab up)")
+    return inv, [Host(h["name"], h["address"], tuple(h["roles"])) for h in inv["hosts"]]
+
+
 def write_inventory(data: dict, path: Path = INVENTORY) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")

@@ -48,14 +48,12 @@ ACCEPT = ", ".join(["application/vnd.oci.image.manifest.v1+json",
 def running_lab() -> tuple[Host, Path | None]:
     """The running lab's storage host, and the apt repository its hosts have bound (None when
     that one is gone from the cache)."""
-    inv = stackfile.read_inventory()
-    if inv is None or inv.get("state") != "up":
-        raise LabError("the lab is not up (python -m lab up)")
+    inv, hosts = stackfile.running_inventory()
     repo = cache_dir() / f"repo-{inv.get('repo')}"
     repo_dir = repo if (repo / "Packages").exists() else None
-    for h in inv["hosts"]:
-        if "storage" in h["roles"]:
-            return Host(h["name"], h["address"], tuple(h["roles"])), repo_dir
+    for h in hosts:
+        if "storage" in h.roles:
+            return h, repo_dir
     raise LabError("the lab has no storage host")
 
 

@@ -24,6 +24,7 @@ import pytest
 from tests.pulumi_cli import PulumiProject
 
 from . import shards
+from .labhosts import HOSTS, packages, snapshot, ssh
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE = ROOT / ".state" / "lab"
@@ -199,8 +200,6 @@ class Deployed:
         _DIRTY.add(self.NAME)
         # What the checkpoint cannot keep: slurmctld boots with the partitions as slurm.conf has
         # them (INACTIVE until acceptance passes; without -R it recovers jobs and nodes only).
-        from .labhosts import ssh
-
         for part in self.opened:
             ssh("ctl", f"scontrol update PartitionName={part} State=UP")
         proj = PulumiProject.copy_of_repo(tmp)
@@ -251,8 +250,6 @@ def deployed(lab, lab_session, tmp_path_factory):
     """The deployed 22.05 fleet modules start from (`Deployed`): one `up` on fresh hosts per
     session instead of one per module, and no destroy after each (the modules that test destroy
     run it themselves)."""
-    from .labhosts import HOSTS, packages, snapshot, ssh
-
     remake_hosts(lab_session)
     fresh = {h: snapshot(h) for h in HOSTS}
     fresh_ctl = packages("ctl")

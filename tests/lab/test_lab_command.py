@@ -242,11 +242,12 @@ def test_a_checkpoint_puts_back_every_hosts_disk_and_survives_a_remake(lab, lab_
     from .conftest import remake_hosts
 
     name = "test-lab-command"
+    pool_kib = "du -k --apparent-size -s /var/lib/zfs-vdev; du -k -s /var/lib/zfs-vdev"  # apparent, used
     lab_session.exclusive()
     try:
         for h in lab.names():
             lab.ssh(h, f"echo {h} > /root/gf-kept")
-        pool = lab.ssh("storage", "du -k --apparent-size -s /var/lib/zfs-vdev; du -k -s /var/lib/zfs-vdev").stdout
+        pool = lab.ssh("storage", pool_kib).stdout
         saved = lab_command("checkpoint", "save", name)
         assert "kept and booted again" in saved.stdout, saved.stdout
         for h in lab.names():
@@ -254,7 +255,7 @@ def test_a_checkpoint_puts_back_every_hosts_disk_and_survives_a_remake(lab, lab_
         lab_command("checkpoint", "restore", name)
         for h in lab.names():
             assert lab.ssh(h, "cat /root/gf-kept; ls /root/gf-later 2>/dev/null; true").stdout.split() == [h], h
-        after = lab.ssh("storage", "du -k --apparent-size -s /var/lib/zfs-vdev; du -k -s /var/lib/zfs-vdev").stdout
+        after = lab.ssh("storage", pool_kib).stdout
         used = [int(line.split()[0]) for line in (pool, after) for line in line.splitlines()]
         assert used[2] == used[0] and used[3] < used[2] // 4, (pool, after)  # the pool's files still sparse
         assert lab.ssh("storage", "zpool list -H -o health ai").stdout.strip() == "ONLINE"

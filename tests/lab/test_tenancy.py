@@ -19,8 +19,7 @@ import yaml
 
 from tests.pulumi_cli import PulumiProject
 
-from .labhosts import command_log, repo_version, ssh
-from .labhosts import HOSTS
+from .labhosts import HOSTS, command_log, repo_version, ssh
 from .test_slurm_cluster import NODES
 
 GRACE_S = 15
