@@ -172,6 +172,12 @@ def remake_hosts(users: LabUsers) -> None:
 _DIRTY: set[str] = set()
 
 
+def open_partitions() -> list[str]:
+    """The partitions slurmctld has UP now."""
+    return [line.split()[0].removeprefix("PartitionName=") for line in
+            ssh("ctl", "scontrol show partition -o").stdout.splitlines() if " State=UP " in f"{line} "]
+
+
 @dataclass
 class Deployed:
     """The lab stack as `make lab` deploys it (GPU baseline, Slurm 22.05, acceptance), deployed once
@@ -184,7 +190,7 @@ class Deployed:
     #: the fresh hosts it was deployed on, for "as before" after a destroy (labhosts.snapshot)
     fresh: dict[str, dict[str, str]]
     fresh_ctl_packages: dict[str, str]
-    #: the partitions acceptance opened (`scontrol update`, which slurmctld keeps in memory only)
+    #: the partitions open once the acceptance passed
     opened: list[str]
 
     def project(self, tmp: Path) -> PulumiProject:
@@ -198,10 +204,15 @@ class Deployed:
         finally:
             self.users.shared()
         _DIRTY.add(self.NAME)
-        # What the checkpoint cannot keep: slurmctld boots with the partitions as slurm.conf has
-        # them (INACTIVE until acceptance passes; without -R it recovers jobs and nodes only).
-        for part in self.opened:
-            ssh("ctl", f"scontrol update PartitionName={part} State=UP")
+        # slurmctld boots with the partitions as slurm.conf has them (INACTIVE until acceptance
+        # passes; without -R it recovers jobs and nodes only): the acceptance layer's unit
+        # reopens the ones its verdict opened, which every module starting here relies on
+        end = time.monotonic() + 90
+        while (up := open_partitions()) != self.opened and time.monotonic() < end:
+            time.sleep(0.5)
+        assert up == self.opened, (f"after a reboot of every host the partitions open are {up}, not {self.opened}:\n"
+                                   + ssh("ctl", "journalctl -b -u gpu-fleet-partitions.service --no-pager -o cat",
+                                         check=False).stdout[-2000:])
         proj = PulumiProject.copy_of_repo(tmp)
         stack = "stacks/Pulumi.lab.yaml"
         shutil.copy2(self.base.dir / stack, proj.dir / stack)
@@ -256,8 +267,8 @@ def deployed(lab, lab_session, tmp_path_factory):
     base = PulumiProject.copy_of_repo(tmp_path_factory.mktemp("deployed22"))
     base.init_stack("lab")
     base.up(timeout=1500)
-    opened = [line.split()[0].removeprefix("PartitionName=") for line in
-              ssh("ctl", "scontrol show partition -o").stdout.splitlines() if " State=UP " in f"{line} "]
+    opened = open_partitions()
+    assert opened, "the lab stack's first up opened no partition"
     lab_command("checkpoint", "save", Deployed.NAME, timeout=600)
     try:
         yield Deployed(base, lab_session, fresh, fresh_ctl, opened)

@@ -160,6 +160,49 @@ def test_second_up_changes_nothing_and_mutates_nothing(cluster):
     assert log and not [c for c in log if c["mutating"]], [c for c in log if c["mutating"]]
 
 
+REOPEN = "gpu-fleet-partitions.service"
+
+
+def restart_slurmctld() -> tuple[str, str]:
+    """`systemctl restart slurmctld` as an admin types it; once the acceptance layer's reopen
+    unit ran after it (its activation time moved on): the lab partition's State and the
+    unit's journal since the restart."""
+    entered = f"systemctl show -p ActiveEnterTimestampMonotonic --value {REOPEN}"
+    out = ssh("ctl", f"""
+        before=$({entered}); since=$(date '+%Y-%m-%d %H:%M:%S'); systemctl restart slurmctld
+        for i in $(seq 300); do
+          if systemctl is-active -q {REOPEN} && [ "$({entered})" != "$before" ]; then
+            scontrol show partition lab -o | grep -o 'State=[A-Z]*'
+            journalctl -u {REOPEN} --since "$since" --no-pager -o cat; exit 0
+          fi
+          sleep 0.2
+        done
+        echo "{REOPEN} did not run again after the restart"; exit 1""")
+    state, _, journal = out.stdout.partition("\n")
+    return state.strip(), journal
+
+
+def test_a_controller_restart_keeps_the_accepted_partitions_open_for_that_configuration(cluster):
+    """Opening a partition is an `scontrol update`, kept in slurmctld's memory only: a restart
+    reads State=INACTIVE from slurm.conf. The acceptance's verdict reopens them after it, but
+    not once the Slurm configuration differs from the one the acceptance passed on."""
+    proj, _ = cluster
+    assert restart_slurmctld()[0] == "State=UP"
+    out = ssh("ctl", as_user("srun -N3 -p lab -t 1 hostname")).stdout
+    assert sorted(out.split()) == NODES
+    extra = "/etc/slurm/zz-lab-test.conf"
+    try:
+        ssh("ctl", f"echo '# one more file in the Slurm configuration' > {extra}")
+        state, journal = restart_slurmctld()
+        assert state == "State=INACTIVE", journal
+        assert "changed since the acceptance that opened the partitions" in journal, journal
+    finally:
+        ssh("ctl", f"rm -f {extra}")
+    state, journal = restart_slurmctld()
+    assert state == "State=UP" and "partition lab reopened" in journal, journal
+    proj.run("up", "--yes", "--stack", "lab", "--expect-no-changes")
+
+
 def test_munge_key_is_a_secret_everywhere(cluster):
     proj, _ = cluster
     key = proj.run("config", "get", "gpu-fleet:munge_key", "--stack", "lab").stdout.strip()

@@ -22,6 +22,7 @@ from ..slurm.canary import JobSpec
 from ..slurm.render import ACCEPTANCE_PARTITION
 from .config import AcceptanceLayer
 from .provider import _FLEET_JOBS, _NODE_JOB, _STEP, FleetAcceptanceProvider, node_hash_input
+from .restart import reopen_unit
 
 REPORT_DIR = (".state", "artifacts", "acceptance")
 
@@ -123,8 +124,11 @@ class Acceptance(pulumi.ComponentResource):
                 return out
 
             verdicts = inputs.gpu_verdicts if inputs.gpu_verdicts is not None else pulumi.Output.from_input({})
+            ctl = site.conn(site.hosts.controller)
+            # what the partitions' opening survives: a restart of slurmctld (restart.py)
+            reopen = reopen_unit(ctl, site.hosts.controller.name, list(inputs.after), self)
             fleet = FleetAcceptance("fleet-acceptance", {
-                "conn": site.conn(site.hosts.controller),
+                "conn": ctl,
                 "node_conns": inputs.admitted.apply(lambda ns: {n: site.conn(by_name[n]) for n in ns}),
                 "admitted": inputs.admitted,
                 "nodes": pulumi.Output.all(inputs.admitted, verdicts,
@@ -136,6 +140,6 @@ class Acceptance(pulumi.ComponentResource):
                 "web": (inputs.web_seen.apply(lambda w: f"the web layer's check passed: {w}"[:400])
                         if inputs.web_seen is not None else None),
                 "stack": pulumi.get_stack(), "report_dir": str(site.root.joinpath(*REPORT_DIR)),
-            }, pulumi.ResourceOptions(parent=self, depends_on=list(inputs.after)))
+            }, pulumi.ResourceOptions(parent=self, depends_on=[*inputs.after, reopen]))
         self.outputs = AcceptanceOutputs(fleet=fleet)
         self.register_outputs({})

@@ -25,7 +25,7 @@ from ...providers.base import RolloutCheck
 from ...providers.parts import Props, _entry, target_of
 from ...scripts import script
 from ...transport import SshTarget, fan_out
-from ..slurm.canary import SACCT_FIELDS, judge_sacct, munge_gate, set_partitions
+from ..slurm.canary import SACCT_FIELDS, VERDICT, judge_sacct, munge_gate, set_partitions
 from ..slurm.render import count_visible_gpus
 from .criteria import Layers, criteria
 from .node_checks import NodeExpect, check, first_failure, judge_deep, judge_node, parse_blocks, parse_node
@@ -90,6 +90,12 @@ class FleetAcceptanceProvider(RolloutCheck):
         if not self.rerun(olds, news):  # only the way to reach the controller changed: record it
             return UpdateResult(outs={**olds, "conn": news["conn"]})
         return UpdateResult(outs={**news, **self.judge(news, olds)})
+
+    @_entry
+    def delete(self, _id: str, props: Props) -> None:
+        """Withdraws the verdict (the partitions stay as they are): without the acceptance, no
+        restart of slurmctld may reopen them (restart.py)."""
+        connect(props["conn"]).run(["rm", "-f", "--", VERDICT], mutating=True)
 
     def judge(self, props: Props, olds: Props) -> dict[str, Any]:
         """Jobs on the nodes whose inputs changed since `olds`; the verdict on all of them."""

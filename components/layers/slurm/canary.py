@@ -37,13 +37,19 @@ from ...facts.scontrol import parse_show_oneliner
 from ...kit import sh
 from ...providers.base import RolloutCheck
 from ...providers.parts import Props, target_of
-from ...scripts import script
+from ...scripts import script, script_path
 from ...site import Site
 from ...transport import FanOutError, SshTarget, connection, fan_out
-from .render import ACCEPTANCE_PARTITION, count_visible_gpus
+from .render import ACCEPTANCE_PARTITION, SLURM_ETC, count_visible_gpus
 
 _NODES_READY = script(__file__, "nodes_ready.sh")
 _JOB = script(__file__, "job.sh")
+#: the partitions' state and the verdict that keeps it across a slurmctld restart: sent as a
+#: command's text, and installed whole (its `#!` line too) for the unit that reopens them
+PARTITIONS_SH = script(__file__, "partitions.sh")
+PARTITIONS_FILE = script_path(__file__, "partitions.sh")
+#: which partitions the last passing acceptance opened, for which Slurm configuration
+VERDICT = "/var/lib/gpu-fleet/slurm/open-partitions"
 #: "JobID|<fields>" of jobs or steps once accounting's record is final (the acceptance layer's too)
 SACCT_FIELDS = script(__file__, "sacct_fields.sh")
 
@@ -170,8 +176,9 @@ class CanaryJobProvider(RolloutCheck):
 
 
 def set_partitions(conn, partitions: Sequence[str], state: str) -> None:
-    for p in partitions:
-        conn.run(["scontrol", "update", f"PartitionName={p}", f"State={state}"], mutating=True)
+    """Open (UP) or close (INACTIVE) the partitions in one round trip; opening records the
+    verdict a restarted slurmctld reopens them from (partitions.sh), closing withdraws it."""
+    conn.run(sh(PARTITIONS_SH, "set", state, VERDICT, SLURM_ETC, *partitions), mutating=True)
 
 
 def munge_gate(conn, nodes: Sequence[SshTarget], partitions: Sequence[str]) -> None:
