@@ -130,6 +130,10 @@ class PulumiProject:
         """`pulumi refresh` without its preview, as `up` above."""
         return self.run("refresh", "--yes", "--skip-preview", "--stack", stack, *extra, check=check, timeout=timeout)
 
+    def outputs(self, stack: str = "lab") -> dict:
+        """The stack's outputs (secrets as the CLI shows them: `[secret]`)."""
+        return json.loads(self.run("stack", "output", "--json", "--stack", stack).stdout)
+
     def init_stack(self, stack: str, secrets: bool = True) -> None:
         self.run("stack", "init", stack, "--secrets-provider", "passphrase")
         if secrets and (self.dir / "components" / "stack_secrets.py").exists():

@@ -12,7 +12,6 @@ from tests.pulumi_cli import ROOT, PulumiProject
 
 from .labhosts import HOSTS, lab_config, lab_conn, packages, repo_version, snapshot, ssh
 from .test_slurm_cluster import NODES, as_user
-from .test_storage import outputs
 
 
 @pytest.fixture(scope="module")
@@ -243,7 +242,7 @@ def db_jobs() -> set[str]:
 
 
 def restored_from(proj) -> str:
-    return outputs(proj)["accountingHistory"]["restoredFrom"]
+    return proj.outputs()["accountingHistory"]["restoredFrom"]
 
 
 def test_layer_rollback_and_reapply_keep_every_job_record(accounted):

@@ -112,7 +112,7 @@ def test_a_dead_node_is_forgotten_and_the_rest_converges(deployed, lab_session, 
 
         up = proj.up(check=False, timeout=1200)
         assert up.returncode == 0, (up.stdout + up.stderr)[-4000:]
-        out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
+        out = proj.outputs()
         assert out["admission"]["admitted"] == LIVE
         assert (out["acceptance"]["accepted"] == out["admission"]["admitted"] and not out["acceptance"]["failed"])
         proj.run("preview", "--stack", "lab", "--expect-no-changes")
@@ -151,7 +151,7 @@ def test_an_unreachable_node_keeps_its_recorded_resources_while_the_rest_rolls_o
         assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
         assert (f"node {VICTIM} is marked unreachable: its {len(before)} recorded resources are left as they "
                 "are (not read, changed or deleted) by this up") in p.stderr
-        out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
+        out = proj.outputs()
         assert out["admission"]["admitted"] == LIVE and (out["acceptance"]["accepted"] == out["admission"]["admitted"] and not out["acceptance"]["failed"])
         r = pending(proj, "refresh", "--yes", "--skip-preview")
         assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
@@ -172,7 +172,7 @@ def test_an_unreachable_node_keeps_its_recorded_resources_while_the_rest_rolls_o
         back = pending(proj, "up", "--yes", "--refresh", "--skip-preview")
         errors = [ln for ln in (back.stdout + back.stderr).splitlines() if "error" in ln.lower()]
         assert back.returncode == 0, "\n".join(errors[:40])
-        out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
+        out = proj.outputs()
         assert out["admission"]["admitted"] == [*LIVE, VICTIM] and (out["acceptance"]["accepted"] == out["admission"]["admitted"] and not out["acceptance"]["failed"])
     finally:
         lab_session.exclusive()

@@ -7,7 +7,6 @@ and the canary still proves the healthy nodes. Fixing node2 brings it back.
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
@@ -27,12 +26,9 @@ def gated(lab, deployed, tmp_path_factory):
     restore_healthy()
 
 
-def outputs(proj) -> dict:
-    return json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
-
 
 def test_healthy_fleet_admits_every_node(gated):
-    out = outputs(gated)
+    out = gated.outputs()
     assert out["slurmNodes"] == ["node1", "node2", "node3"]
     assert out["gpu"]["healthyNodes"] == ["node1", "node2", "node3"]
     assert (out["acceptance"]["accepted"] == out["admission"]["admitted"] and not out["acceptance"]["failed"])
@@ -43,7 +39,7 @@ def test_drifting_node_is_kept_out_and_comes_back_when_fixed(gated):
     bad["devices"] = bad["devices"][:7]
     set_fake("node2", bad)
     gated.up("--refresh", timeout=900)
-    out = outputs(gated)
+    out = gated.outputs()
     assert out["slurmNodes"] == ["node1", "node3"]
     reasons = " ".join(out["gpu"]["verdicts"]["node2"]["reasons"])
     assert "node node2 reports 7 GPUs, the stack declares 8" in reasons, reasons
@@ -56,5 +52,5 @@ def test_drifting_node_is_kept_out_and_comes_back_when_fixed(gated):
 
     restore_healthy(["node2"])
     gated.up("--refresh", timeout=900)
-    assert outputs(gated)["slurmNodes"] == ["node1", "node2", "node3"]
+    assert gated.outputs()["slurmNodes"] == ["node1", "node2", "node3"]
     assert sorted(ssh("ctl", as_user("srun -N3 -p lab -t 1 hostname")).stdout.split()) == ["node1", "node2", "node3"]

@@ -135,15 +135,12 @@ def program(fake_gpus, tmp_path_factory):
         assert node_ssh(n, "ls -d /opt/gpu-fleet/lib 2>/dev/null || echo absent").stdout == before[n]
 
 
-def outputs(proj: PulumiProject) -> dict:
-    return json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
-
 
 def reprobe(proj: PulumiProject) -> tuple[dict, str]:
     """`pulumi refresh` (re-probes: read is real) then `up` (hands the verdicts on)."""
     proj.refresh()
     up = proj.up()
-    return outputs(proj), up.stdout + up.stderr
+    return proj.outputs(), up.stdout + up.stderr
 
 
 def assert_all_healthy(out: dict) -> None:
@@ -172,7 +169,7 @@ def is_probe(cmd: str) -> bool:
 
 
 def test_healthy_fleet_all_ok(program):
-    out = outputs(program)
+    out = program.outputs()
     assert_all_healthy(out)
     # all UUIDs distinct across the fleet
     uuids = [u for n in NODES for u in out["verdicts"][n]["uuids"]]
@@ -194,7 +191,7 @@ def test_healthy_fleet_all_ok(program):
 
 def test_pinned_pynvml_is_on_every_node(program):
     pinned = pinned_pynvml()
-    out = outputs(program)
+    out = program.outputs()
     assert out["pynvml"] == {"version": pinned.version, "sha256": pinned.sha256, "path": PYNVML}
     for n in NODES:
         got = node_ssh(n, f"sha256sum {PYNVML} | cut -d' ' -f1; stat -c '%a %U %G' {PYNVML}").stdout.split("\n")
@@ -219,7 +216,7 @@ def test_second_up_changes_nothing_and_sends_nothing(program):
     log = command_log(program.log)
     assert sorted(c["host"] for c in log if is_probe(c["cmd"])) == NODES
     assert log and not [c for c in log if c["mutating"]], [c for c in log if c["mutating"]]
-    assert_all_healthy(outputs(program))
+    assert_all_healthy(program.outputs())
 
 
 # ---- drifting nodes ------------------------------------------------------------------------
@@ -282,7 +279,7 @@ def test_drift_is_refused_and_a_fixed_node_comes_back(program, healthy_after, sc
     proj.log.unlink(missing_ok=True)
     proj.run("up", "--yes", "--stack", "lab", "--expect-no-changes")
     assert command_log(proj.log) == []
-    assert outputs(proj)["healthy_nodes"] == NODES
+    assert proj.outputs()["healthy_nodes"] == NODES
 
     # refresh re-probes; the deployment does not fail for a failed node
     out, text = reprobe(proj)

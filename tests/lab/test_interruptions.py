@@ -71,7 +71,7 @@ def runlock(proj: PulumiProject) -> subprocess.CompletedProcess:
 def converges(proj: PulumiProject) -> None:
     p = proj.up(check=False, timeout=1200)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
-    out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
+    out = proj.outputs()
     assert out["admission"]["admitted"] == NODES and (out["acceptance"]["accepted"] == out["admission"]["admitted"] and not out["acceptance"]["failed"])
     proj.run("preview", "--stack", "lab", "--expect-no-changes")
     # the interrupted install's no-start policy (packages_no_start.sh) ended with it

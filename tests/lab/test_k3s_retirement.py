@@ -127,9 +127,6 @@ def up(proj: PulumiProject, check: bool = True) -> subprocess.CompletedProcess:
     return p
 
 
-def outputs(proj: PulumiProject) -> dict:
-    return json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
-
 
 def test_a_spec_that_differs_stops_the_retirement_at_the_audit(proj):
     configure(proj, "lab-r1", node3={"cpus": 64})
@@ -173,7 +170,7 @@ def test_an_interrupted_retirement_resumes_its_change(proj):
     r = runlock(proj)
     assert r.returncode == 0, r.stdout + r.stderr
     up(proj)
-    out = outputs(proj)
+    out = proj.outputs()
     pre = out["k3sRetirement"]["preserve"][SERVER]
     assert {"baseline", "datastore"} <= set(pre["foundDone"]), pre
     assert "datastore" not in pre["ran"] and "api" in pre["ran"] + pre["foundDone"], pre
@@ -228,7 +225,7 @@ def test_a_new_change_retires_again_and_destroy_restores(proj):
     before = json.loads((proj.dir / "before.json").read_text())
     configure(proj, "lab-r2")
     up(proj)
-    assert sorted(outputs(proj)["k3sRetirement"]["handedOver"]) == [SERVER, AGENT]
+    assert sorted(proj.outputs()["k3sRetirement"]["handedOver"]) == [SERVER, AGENT]
     retired(AGENT, "k3s-agent.service")
     # an object lost from the datastore while retired: the rollback creates it again from the bundle
     ssh(SERVER, "sqlite3 /var/lib/rancher/k3s/server/db/state.db \"DELETE FROM kine WHERE name = "

@@ -31,7 +31,7 @@ from tests.pulumi_cli import PulumiProject
 
 from .labhosts import ssh
 from .test_slurm_cluster import NODES
-from .test_storage import outputs, set_storage, storage_version
+from .test_storage import set_storage, storage_version
 
 REPO = "lab/tiny-video-dit"
 MODELS, STAGING = "/srv/ai/models", "/srv/ai/models/.staging"
@@ -140,14 +140,14 @@ def test_a_download_killed_half_way_resumes_without_fetching_finished_files_agai
     sent = sum(r.get("bytes_sent", 0) for r in again)
     print(f"\nresume: {len(finished)} finished files not fetched again; the {big} download went on from "
           f"byte {start}; the second run fetched {sent} of {size} bytes ({100 * sent / size:.0f} %)")
-    download = outputs(model)["modelSnapshot"]["download"]
+    download = model.outputs()["modelSnapshot"]["download"]
     assert download["ran_this_up"] is True and download["finished_before"] >= len(finished)
     assert download["resumed"] == {big: start}
     assert download["fetched_bytes"] < size
 
 
 def test_the_published_snapshot_is_proven_and_checked(model):
-    hub, out = model.hub, outputs(model)["modelSnapshot"]
+    hub, out = model.hub, model.outputs()["modelSnapshot"]
     checks = out["checks"]
     assert checks["problems"] == [] and checks["files"] == len(hub.files)
     tree = hub.root / REPO / hub.commit
@@ -169,7 +169,7 @@ def test_the_published_snapshot_is_proven_and_checked(model):
 
 
 def test_every_node_sees_it_whole_and_cannot_write_into_it(model):
-    hub, out = model.hub, outputs(model)
+    hub, out = model.hub, model.outputs()
     assert out["modelSnapshot"]["seenBy"] == NODES
     path = f"/mnt/models/{REPO}/{hub.commit}"
     tree = hub.root / REPO / hub.commit
@@ -285,7 +285,7 @@ def test_the_layers_rollback_keeps_the_snapshot_and_an_up_after_it_downloads_not
     since = len(hub.requests)
     set_model(model, enabled=True)
     model.up(timeout=1500)
-    assert gets(hub, since) == [] and outputs(model)["modelSnapshot"]["download"]["ran_this_up"] is False
+    assert gets(hub, since) == [] and model.outputs()["modelSnapshot"]["download"]["ran_this_up"] is False
 
 
 def test_destroy_keeps_the_snapshot(model):

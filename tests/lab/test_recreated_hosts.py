@@ -9,7 +9,6 @@ probes them again once the layer has put pynvml back (issue 17, part 1).
 
 from __future__ import annotations
 
-import json
 
 from tests.pulumi_cli import PulumiProject
 
@@ -22,7 +21,7 @@ def converges_in_one_up_refresh(proj: PulumiProject) -> None:
     """One `up --refresh` and every node is back: admitted, GPU-healthy, the canary passing."""
     p = proj.up("--refresh", check=False, timeout=1200)
     assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
-    out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
+    out = proj.outputs()
     assert out["admission"] == {"admitted": NODES, "refused": {}}
     assert out["gpu"]["healthyNodes"] == NODES
     assert (out["acceptance"]["accepted"] == out["admission"]["admitted"] and not out["acceptance"]["failed"])

@@ -5,7 +5,6 @@ converges and a second up has nothing to do."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 
@@ -55,7 +54,7 @@ def test_sshd_stopped_on_one_node_mid_up(lab, lab_session, tmp_path):
         assert changed == [], changed
 
         proj.up(timeout=1200)
-        out = json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
+        out = proj.outputs()
         assert out["admission"]["admitted"] == NODES and (out["acceptance"]["accepted"] == out["admission"]["admitted"] and not out["acceptance"]["failed"])
         proj.run("preview", "--stack", "lab", "--expect-no-changes")
     finally:

@@ -6,7 +6,6 @@ seed's failure (pool not imported) failing closed, and a rollback that keeps the
 
 from __future__ import annotations
 
-import json
 
 import pytest
 import yaml
@@ -47,9 +46,6 @@ def drop_datasets(before: str = "") -> None:
         check=False, timeout=180)
 
 
-def outputs(proj) -> dict:
-    return json.loads(proj.run("stack", "output", "--json", "--stack", "lab").stdout)
-
 
 @pytest.fixture(scope="module")
 def stored(lab, deployed, tmp_path_factory):
@@ -72,13 +68,13 @@ def test_datasets_are_mounted_as_themselves_with_their_duties(stored):
 
 
 def test_ganesha_exports_exactly_the_two_stores_to_the_lab_network(stored):
-    exported = outputs(stored)["storage"]["exported"]
+    exported = stored.outputs()["storage"]["exported"]
     assert exported["models"] == {"path": "/srv/ai/models", "pseudo": "/models", "clients": ["10.213.57.0/24"]}
     assert exported["data"] == {"path": "/srv/ai/data", "pseudo": "/data", "clients": ["10.213.57.0/24"]}
 
 
 def test_every_node_mounts_both_and_passes_the_client_check(stored):
-    out = outputs(stored)["storage"]
+    out = stored.outputs()["storage"]
     assert out["mountedOn"] == NODES and out["refused"] == {}
     for n in NODES:
         m = ssh(n, f"findmnt -n -o SOURCE,FSTYPE,OPTIONS --mountpoint {MODELS}").stdout.split()
@@ -96,7 +92,7 @@ def test_read_only_is_the_servers_doing(stored):
 
 
 def test_the_canary_reads_the_marker_writes_its_job_root_and_cannot_write_models(stored):
-    acc = outputs(stored)["acceptance"]
+    acc = stored.outputs()["acceptance"]
     assert acc["failed"] == {} and acc["accepted"], acc["failed"]
     for node, r in acc["nodes"].items():  # every node's job: marker read, job root written, EROFS
         assert r["checks"]["models_read_only"] == {"passed": True, "seen": "write into the model store: EROFS"}, node
@@ -129,7 +125,7 @@ def test_a_dataset_unmounted_by_hand_is_drift_and_not_exported_until_mounted(sto
     finally:
         ssh("storage", "zfs mount -o ro ai/models")
     stored.up(timeout=900)
-    assert outputs(stored)["storage"]["mountedOn"] == NODES
+    assert stored.outputs()["storage"]["mountedOn"] == NODES
     for n in NODES:
         assert ssh(n, f"cat {MODELS}/.gpu-fleet-store").stdout.startswith("gpu-fleet store dataset=ai/models")
 

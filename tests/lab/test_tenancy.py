@@ -108,7 +108,7 @@ def tenancy(lab, deployed, tmp_path_factory):
 
 
 def test_the_layer_enforces_and_the_fleet_still_accepts_under_the_ops_account(tenancy):
-    out = json.loads(tenancy.run("stack", "output", "--json", "--stack", "lab").stdout)
+    out = tenancy.outputs()
     assert out["acceptance"]["accepted"] == NODES, out["acceptance"]
     assert out["tenancy"]["teams"]["vision"]["grpTRES"] == "gres/gpu=8,gres/gpu:v100=8"
     conf = ssh("ctl", "scontrol show config").stdout

@@ -31,7 +31,7 @@ from tests.pulumi_cli import PulumiProject
 
 from .labhosts import repo_version, ssh
 from .test_slurm_cluster import NODES
-from .test_storage import outputs, set_storage
+from .test_storage import set_storage
 
 SERVER = "/srv/ai/data/outputs/gpu-fleet-workload"
 RUNS, RELEASES = f"{SERVER}/runs", f"{SERVER}/releases"
@@ -111,7 +111,7 @@ def workload(lab, deployed, tmp_path_factory):
 
 
 def test_the_pipeline_renders_on_three_nodes_gates_and_publishes_once(workload):
-    out = outputs(workload)["workload"]
+    out = workload.outputs()["workload"]
     jobs = out["jobs"]
     assert [jobs[s]["state"] for s in ("p0", "render", "assemble", "qa")] == ["COMPLETED"] * 4, jobs
     assert all(j["exit_code"] == "0:0" for j in jobs.values()), jobs
@@ -145,7 +145,7 @@ def test_the_pipeline_renders_on_three_nodes_gates_and_publishes_once(workload):
     assert row["status"] == "met" and f"job render {jobs['render']['id']}: COMPLETED 0:0" in row["evidence"], row
     assert f"verification: {release['dir']}/verification.json" in row["evidence"]
     assert f"contact sheet of the joins: {out['contactSheet']}" in row["evidence"]
-    assert outputs(workload)["acceptance"]["criteria"]["7"] == "met"
+    assert workload.outputs()["acceptance"]["criteria"]["7"] == "met"
 
 
 def test_a_second_up_submits_nothing(workload):
@@ -158,7 +158,7 @@ def test_a_second_up_submits_nothing(workload):
 def test_a_task_killed_outright_leaves_no_runtime_and_no_process_on_any_node(workload):
     """node1's task shell killed with SIGKILL (its trap never runs): srun ends the other ranks
     (their traps clean up) and Slurm's Epilog (the layer's epilog.sh) removes what node1's left."""
-    run = outputs(workload)["workload"]["jobs"]["p0"]["id"]
+    run = workload.outputs()["workload"]["jobs"]["p0"]["id"]
     # a long render (1280x720, 2400 frames a rank) through the node's task.sh, as the layer's jobs run
     job = render_job(run, "killed", "1280 720 24 2400", "-N3 --ntasks-per-node=1")
     try:
@@ -202,7 +202,7 @@ def test_a_gate_that_fails_publishes_nothing_and_names_the_gate(workload):
 def test_a_runtime_changed_after_p0_is_refused_on_every_node(workload):
     """The archive a job unpacks is checked against the hash P0 recorded (the batch scripts
     carry it): a copy changed by one byte is refused on all three nodes before anything runs."""
-    run = outputs(workload)["workload"]["jobs"]["p0"]["id"]
+    run = workload.outputs()["workload"]["jobs"]["p0"]["id"]
     path, sha = stack_runtime()
     server = path.replace("/mnt/data/", "/srv/ai/data/", 1)
     changed = server.replace("runtime-", "changed-", 1)
@@ -267,7 +267,7 @@ def test_the_seeds_failures_stop_the_pipeline_and_publish_nothing(workload, faul
 
 
 def test_destroy_renames_the_release_and_nothing_else_changes(workload):
-    out = outputs(workload)["workload"]
+    out = workload.outputs()["workload"]
     job, run = out["release"]["job"], out["jobs"]["p0"]["id"]
     release, media = tree(f"{RELEASES}/{job}"), tree(f"{RUNS}/{run}/media")
     assert release and media
