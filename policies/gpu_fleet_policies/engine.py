@@ -33,6 +33,14 @@ needs; `install()` provides them, once, before the pack starts serving:
    request, and shares them between the policies; the shared proxy refuses to be changed
    (`TypeError`), so no policy can alter what another one sees.
 
+7. **No decoding for a remediation nobody does.** Before it analyzes a resource the engine asks
+   the pack to remediate it (`Remediate`, per resource and pack), and the SDK decodes the
+   properties and the provider for it (with its secret proxies, outside item 5's memo) before
+   it looks for a policy at the `remediate` level. This pack has none unless a stack's config
+   sets one: `install()` answers the SDK's own empty response at once when no resource policy
+   is at that level, and otherwise lets the SDK do all of it. At 280 nodes the SDK's answers
+   took 0.67 CPU-s of the pack's 9.9 in a preview (2,549 calls, 7 %).
+
 Each patch checks that the SDK still has what it replaces and fails loudly otherwise
 (tests/policy/test_validators.py::test_engine_patch_points runs the same check).
 """
@@ -151,12 +159,13 @@ def patch_points() -> list[str]:
     import pulumi_policy.secret as secret
 
     missing = []
-    for name in ("deserialize_properties", "_PolicyAnalyzerServicer", "json_format", "unknown_checking_proxy"):
+    for name in ("deserialize_properties", "_PolicyAnalyzerServicer", "json_format", "unknown_checking_proxy",
+                 "ResourceValidationPolicy", "proto"):
         if not hasattr(sdk, name):
             missing.append(f"pulumi_policy.policy.{name}")
     servicer = getattr(sdk, "_PolicyAnalyzerServicer", None)
     for name in ("Configure", "ConfigureStack", "_get_enforcement_level", "Analyze", "AnalyzeStack",
-                 "_get_provider_resource"):
+                 "_get_provider_resource", "Remediate", "_configure_runtime_settings"):
         if servicer is not None and not hasattr(servicer, name):
             missing.append(f"pulumi_policy.policy._PolicyAnalyzerServicer.{name}")
     for name in ("Secret", "_DictSecretsProxy", "_ListSecretsProxy"):
@@ -190,6 +199,7 @@ def install(declared: dict[str, str]) -> None:
         )
     from google.protobuf import json_format
     import pulumi_policy.policy as sdk
+    from pulumi.runtime import proto
     from pulumi_policy import EnforcementLevel
 
     sdk.deserialize_properties = _secret_marking_deserialize(sdk.deserialize_properties)
@@ -236,6 +246,20 @@ def install(declared: dict[str, str]) -> None:
         return memo[key][1]
 
     original_analyze, original_analyze_stack = servicer.Analyze, servicer.AnalyzeStack
+    original_remediate = servicer.Remediate
+
+    def Remediate(self, request, context):
+        # the SDK's loop skips every policy not at the remediate level: with none, its answer
+        # is this empty response, after decoding the resource for nothing (item 7)
+        policies = getattr(self, "_PolicyAnalyzerServicer__policies", None)
+        if policies is None or any(isinstance(p, sdk.ResourceValidationPolicy)
+                                   and self._get_enforcement_level(p) == EnforcementLevel.REMEDIATE
+                                   for p in policies):
+            return original_remediate(self, request, context)
+        self._configure_runtime_settings()
+        return proto.RemediateResponse()
+
+    Remediate.__wrapped__ = original_remediate  # type: ignore[attr-defined]
 
     def Analyze(self, request, context):
         with _one_call():
@@ -248,6 +272,7 @@ def install(declared: dict[str, str]) -> None:
     # the patch itself: the servicer's methods replaced on its class
     servicer.Analyze = Analyze  # type: ignore[method-assign]
     servicer.AnalyzeStack = AnalyzeStack  # type: ignore[method-assign]
+    servicer.Remediate = Remediate  # type: ignore[method-assign]
     servicer.Configure = Configure  # type: ignore[method-assign]
     servicer._get_provider_resource = _get_provider_resource  # type: ignore[method-assign]
     servicer.ConfigureStack = ConfigureStack  # type: ignore[method-assign]

@@ -119,3 +119,36 @@ def test_policies_share_one_read_only_view_of_a_resource_within_a_call():
         view["a"]["b"][1]["c"]  # the engine's unknown sentinel
     with pytest.raises(TypeError):
         view["a"]["x"] = 1
+
+
+def test_remediate_answers_the_sdks_own_response_without_decoding_when_no_policy_remediates(servicer, monkeypatch):
+    """The engine asks for remediations of every resource before analyzing it (engine.py item
+    7): with no policy at the remediate level the answer is the SDK's, with no decoding."""
+    import pulumi_policy.policy as sdk
+
+    counting = Counting()
+    monkeypatch.setattr(sdk.json_format, "_json_format", counting)
+    req = file_request("gpu03", BAD_CGROUP)
+    resp = servicer.Remediate(req, None)
+    assert counting.calls == 0
+    sdk_resp = type(servicer).Remediate.__wrapped__(servicer, req, None)
+    assert counting.calls >= 1  # the SDK's own path decodes it
+    assert resp == sdk_resp and not resp.remediations and not resp.not_applicable
+
+
+def test_remediate_is_the_sdks_when_a_policy_is_at_the_remediate_level(servicer, monkeypatch):
+    import pulumi_policy.policy as sdk
+    from pulumi_policy import EnforcementLevel
+
+    level = type(servicer)._get_enforcement_level
+
+    def one_remediates(self, policy):
+        return EnforcementLevel.REMEDIATE if policy.name == "slurm-cgroup-confinement" else level(self, policy)
+
+    monkeypatch.setattr(type(servicer), "_get_enforcement_level", one_remediates)
+    counting = Counting()
+    monkeypatch.setattr(sdk.json_format, "_json_format", counting)
+    resp = servicer.Remediate(file_request("gpu04", BAD_CGROUP), None)
+    assert counting.calls >= 1
+    # the SDK's answer: the policy has no remediation, so it is reported as not applicable
+    assert [n.policy_name for n in resp.not_applicable] == ["slurm-cgroup-confinement"]
