@@ -100,13 +100,22 @@ def provider_of(pulumi_pid: int) -> int:
     return kids[0]
 
 
+def _cwd(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""
+
+
 @pytest.fixture
 def run(tmp_path):
     r = Run(tmp_path)
     yield r
     (r.root / "hold").unlink(missing_ok=True)
-    for pid, (_, cmd) in processes().items():  # whatever the interrupted run left (language host, program)
-        if str(r.proj.dir) in cmd or str(tmp_path) in cmd:
+    # whatever the interrupted run left (language host, program): named in its command line, or
+    # running in the project (the language host's adapter, which kill -9 of the CLI leaves behind)
+    for pid, (_, cmd) in processes().items():
+        if str(r.proj.dir) in cmd or str(tmp_path) in cmd or _cwd(pid).startswith(str(tmp_path)):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
