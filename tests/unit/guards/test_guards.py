@@ -340,7 +340,8 @@ def test_the_daemon_drains_through_scontrol_and_logs_every_event(tmp_path, fake_
         assert not calls.exists()
         node["devices"][1]["temperature"] = 90  # GPU 1 heats; the guard's NVML stays initialised
         nv.write_text(json.dumps(node))
-        wait_for(calls.exists)
+        # the double's `>>` makes the file before printf writes the line: wait for the line
+        wait_for(lambda: calls.exists() and calls.read_text().endswith("\n"))
         assert calls.read_text().startswith("update NodeName=gpu01 State=DRAIN Reason=gpu-fleet guard: GPU 1 heat: 90 C after")
         with kmsg.open("a") as f:
             f.write(XID79[:30])
