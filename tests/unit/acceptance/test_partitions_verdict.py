@@ -24,7 +24,7 @@ def site(tmp_path):
     etc.mkdir()
     (etc / "slurm.conf").write_text("PartitionName=gpu Nodes=n1 State=INACTIVE\n")
     (etc / "gres.conf").write_text("NodeName=n1 Name=gpu File=/dev/nvidia0\n")
-    (etc / "slurmdbd.conf").write_text("StoragePass=one\n")
+    (etc / "slurmdbd.conf").write_text("StorageHost=db1\n")
     return stubs, etc, tmp_path / "lib" / "open-partitions"
 
 
@@ -65,11 +65,11 @@ def test_a_configuration_changed_since_the_verdict_stays_closed(site, change):
 
 
 def test_accountings_own_file_is_not_part_of_the_verdict(site):
-    """slurmdbd.conf (the database password) changes with the accounting layer, which the
+    """slurmdbd.conf (the database host, its password) changes with the accounting layer, which the
     acceptance does not judge again: it must not close the fleet at the next restart."""
     stubs, etc, verdict = site
     set_(stubs, etc, verdict, "UP", "gpu")
-    (etc / "slurmdbd.conf").write_text("StoragePass=two\n")
+    (etc / "slurmdbd.conf").write_text("StorageHost=db2\n")
     _, calls = reopen(stubs, etc, verdict)
     assert calls == ["scontrol update PartitionName=gpu State=UP"]
 
