@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from components.layers.acceptance.restart import UNIT as REOPEN_UNIT
 from tests.pulumi_cli import PulumiProject
 
 from . import shards
@@ -211,7 +212,7 @@ class Deployed:
         while (up := open_partitions()) != self.opened and time.monotonic() < end:
             time.sleep(0.5)
         assert up == self.opened, (f"after a reboot of every host the partitions open are {up}, not {self.opened}:\n"
-                                   + ssh("ctl", "journalctl -b -u gpu-fleet-partitions.service --no-pager -o cat",
+                                   + ssh("ctl", f"journalctl -b -u {REOPEN_UNIT} --no-pager -o cat",
                                          check=False).stdout[-2000:])
         proj = PulumiProject.copy_of_repo(tmp)
         stack = "stacks/Pulumi.lab.yaml"

@@ -16,6 +16,7 @@ import yaml
 
 from components.providers.file import _WRITE as FILE_WRITE
 from components.providers.packages import _NO_START as NO_START
+from components.layers.acceptance.restart import UNIT as REOPEN
 from components.layers.slurm.validate import validate_argv
 from lab import slurm_release
 from tests.pulumi_cli import ROOT, PulumiProject
@@ -158,9 +159,6 @@ def test_second_up_changes_nothing_and_mutates_nothing(cluster):
     proj.up("--refresh", "--expect-no-changes")
     log = command_log(proj.log)
     assert log and not [c for c in log if c["mutating"]], [c for c in log if c["mutating"]]
-
-
-REOPEN = "gpu-fleet-partitions.service"
 
 
 def restart_slurmctld() -> tuple[str, str]:
