@@ -57,6 +57,12 @@ def script(module_file: str, name: str) -> str:
     return _load(script_path(module_file, name))
 
 
+def installed(module_file: str, name: str) -> str:
+    """The whole text of `scripts/<name>`, its header and `#!` line included: for a script a host
+    keeps and runs by its `#!` (a unit's ExecStart), not for a command's text."""
+    return script_path(module_file, name).read_text(encoding="utf-8")
+
+
 def sections(stdout: str) -> dict[str, str]:
     """A probe's output split at its `== <name>` lines: name -> the text under it."""
     out: dict[str, list[str]] = {}

@@ -14,13 +14,11 @@ from __future__ import annotations
 import pulumi
 
 from ...providers import File, SystemdUnit
-from ..slurm.canary import PARTITIONS_FILE, VERDICT
+from ..slurm.canary import PARTITIONS_INSTALLED, VERDICT
 from ..slurm.render import SLURM_ETC
 
 UNIT = "gpu-fleet-partitions.service"
 SCRIPT = "/usr/local/libexec/gpu-fleet/partitions.sh"
-#: the script as installed, its `#!` line included: the unit executes the file
-INSTALLED = PARTITIONS_FILE.read_text(encoding="utf-8")
 #: how long the unit waits for a starting slurmctld to answer before leaving the partitions closed
 WAIT_S = 120
 
@@ -43,7 +41,7 @@ def reopen_unit(conn: dict, host: str, after: list[pulumi.Resource], parent: pul
     """The script and the unit on the controller, once slurmctld serves (`after`: starting a
     unit bound to it starts it); started at once, it opens nothing without a verdict for the
     configuration in place."""
-    script = File(f"{host}-partitions-script", conn=conn, path=SCRIPT, content=INSTALLED, mode="0755",
+    script = File(f"{host}-partitions-script", conn=conn, path=SCRIPT, content=PARTITIONS_INSTALLED, mode="0755",
                   opts=pulumi.ResourceOptions(parent=parent))
     return SystemdUnit(f"{host}-partitions-unit", conn=conn, unit=UNIT, content=render_unit(),
                        opts=pulumi.ResourceOptions(parent=parent, depends_on=[*after, script]))

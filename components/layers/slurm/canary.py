@@ -37,7 +37,7 @@ from ...facts.scontrol import parse_show_oneliner
 from ...kit import sh
 from ...providers.base import RolloutCheck
 from ...providers.parts import Props, target_of
-from ...scripts import script, script_path
+from ...scripts import installed, script
 from ...site import Site
 from ...transport import FanOutError, SshTarget, connection, fan_out
 from .render import ACCEPTANCE_PARTITION, SLURM_ETC, count_visible_gpus
@@ -47,7 +47,7 @@ _JOB = script(__file__, "job.sh")
 #: the partitions' state and the verdict that keeps it across a slurmctld restart: sent as a
 #: command's text, and installed whole (its `#!` line too) for the unit that reopens them
 PARTITIONS_SH = script(__file__, "partitions.sh")
-PARTITIONS_FILE = script_path(__file__, "partitions.sh")
+PARTITIONS_INSTALLED = installed(__file__, "partitions.sh")
 #: which partitions the last passing acceptance opened, for which Slurm configuration
 VERDICT = "/var/lib/gpu-fleet/slurm/open-partitions"
 #: "JobID|<fields>" of jobs or steps once accounting's record is final (the acceptance layer's too)

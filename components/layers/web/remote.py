@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...scripts import script, script_path
+from ...scripts import installed, script
 from ...kit import bash, connect
 
 __all__ = ["CHECK", "HEALTH_SH", "LIFECYCLE", "READBACK", "TAILNET", "TOKEN_PROBE", "TOKEN_SH", "TOKEN_START", "WAIT",
@@ -17,7 +17,7 @@ TAILNET = script(__file__, "tailnet.sh")
 WEB_KEY = script(__file__, "web_key.sh")
 WAIT = script(__file__, "wait.sh")
 #: run by the controller's own units (installed whole, header included, and run by their #!)
-TOKEN_SH = script_path(__file__, "token.sh").read_text(encoding="utf-8")
-HEALTH_SH = script_path(__file__, "health.sh").read_text(encoding="utf-8")
-WAIT_SH = script_path(__file__, "wait.sh").read_text(encoding="utf-8")
+TOKEN_SH = installed(__file__, "token.sh")
+HEALTH_SH = installed(__file__, "health.sh")
+WAIT_SH = installed(__file__, "wait.sh")
 

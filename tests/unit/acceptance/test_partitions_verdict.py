@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from components.kit import sh
-from components.layers.acceptance.restart import INSTALLED, SCRIPT, UNIT, render_unit
-from components.layers.slurm.canary import PARTITIONS_SH, VERDICT, set_partitions
+from components.layers.acceptance.restart import SCRIPT, UNIT, render_unit
+from components.layers.slurm.canary import PARTITIONS_INSTALLED, PARTITIONS_SH, VERDICT, set_partitions
 from tests.unit.slurm.test_slurm_render import check_golden
 from tests.unit.test_scripts_decisions import Stubs
 
@@ -124,7 +124,7 @@ def test_the_installed_script_runs_as_the_unit_executes_it(site, tmp_path):
     stubs, etc, verdict = site
     set_(stubs, etc, verdict, "UP", "gpu")
     exe = tmp_path / "partitions.sh"
-    exe.write_text(INSTALLED)
+    exe.write_text(PARTITIONS_INSTALLED)
     exe.chmod(0o755)
     stubs.log.write_text("")
     res = stubs.run([exe, "reopen", verdict, etc, "5"])
